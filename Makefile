@@ -1,0 +1,46 @@
+# evictiond — build, test, lint, bench.
+# Each test tier that needs real components lives in mk/<tier>.mk and adds itself to
+# DEPS (what must be installed or built first) and TIERS (the test targets to run).
+GO       ?= go
+BIN      := bin/evictiond
+PKGS     := ./...
+DEPS     :=
+TIERS    :=
+FUZZTIME ?= 10s
+
+.PHONY: all build test test-unit test-fuzz deps lint bench demo clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/evictiond
+
+-include mk/*.mk
+
+# make test: every tier, on a fresh machine (installs what it needs first).
+test: deps test-unit $(TIERS) test-fuzz
+
+deps: $(DEPS)
+
+test-unit:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 $(PKGS)
+
+# Fuzz targets, each for a bounded time.
+test-fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzParseThresholds$$' -fuzztime=$(FUZZTIME) ./internal/policy
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeConfig$$' -fuzztime=$(FUZZTIME) ./internal/policy
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags integration $(PKGS)
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+demo: build
+	./$(BIN) simulate -f examples/memory-pressure.yaml -o text
+
+clean:
+	rm -rf bin
