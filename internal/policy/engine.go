@@ -151,7 +151,13 @@ func (e *Engine) Assess(in Input) *Assessment {
 	e.conditionsObserved = nodeConditionsLastObservedAt(observedConds, e.conditionsObserved, now)
 	a.Conditions = nodeConditionsObservedSince(e.conditionsObserved, e.cfg.PressureTransitionPeriod, now)
 	graceMet := thresholdsMetGracePeriod(met, firstObserved, now)
-	fresh := thresholdsUpdatedStats(graceMet, in.Observations, e.lastObservations)
+	fresh := thresholdsUpdatedStats(met, in.Observations, e.lastObservations)
+	var actionable []Threshold
+	for _, t := range graceMet {
+		if hasThreshold(fresh, t) {
+			actionable = append(actionable, t)
+		}
+	}
 
 	e.firstObservedAt = firstObserved
 	e.thresholdsMet = graceMet
@@ -170,7 +176,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 	if e.cfg.LocalStorageCapacityIsolation {
 		a.LocalStorage = e.localStorageCandidates(in, now)
 	}
-	if ordered := byEvictionPriority(fresh); len(ordered) > 0 {
+	if ordered := byEvictionPriority(actionable); len(ordered) > 0 {
 		for i := range a.Met {
 			if a.Met[i].Threshold.id() == ordered[0].id() {
 				a.Starved = &a.Met[i]
