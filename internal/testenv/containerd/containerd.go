@@ -43,6 +43,9 @@ type Options struct {
 	SandboxImage string
 	// StartTimeout bounds the wait for the CRI to answer. Default 30s.
 	StartTimeout time.Duration
+	// ParentDir is where the instance's directory is created. Default os.TempDir(). A
+	// cluster harness passes its own root so everything it starts lives under one tree.
+	ParentDir string
 }
 
 // Containerd is a running private containerd.
@@ -59,6 +62,10 @@ type Containerd struct {
 	Endpoint string
 	// LogPath is containerd's combined stdout and stderr.
 	LogPath string
+	// CNIConfDir is the CRI plugin's CNI configuration directory (plugins come from
+	// /usr/lib/cni, Debian's containernetworking-plugins). It starts empty; the CRI picks up
+	// a conflist written here later without a restart.
+	CNIConfDir string
 
 	opts    Options
 	cfgPath string
@@ -96,24 +103,25 @@ func Start(t testing.TB, opts Options) *Containerd {
 	}
 	// A short directory name: the socket path must stay under the 108-byte sun_path limit,
 	// which t.TempDir() paths (they contain the test name) can exceed.
-	dir, err := os.MkdirTemp("", "ctrd-")
+	dir, err := os.MkdirTemp(opts.ParentDir, "ctrd-")
 	if err != nil {
 		t.Fatalf("creating containerd test directory: %v", err)
 	}
 	c := &Containerd{
-		Dir:     dir,
-		Root:    filepath.Join(dir, "root"),
-		State:   filepath.Join(dir, "state"),
-		Socket:  filepath.Join(dir, "containerd.sock"),
-		LogPath: filepath.Join(dir, "containerd.log"),
-		cfgPath: filepath.Join(dir, "config.toml"),
-		opts:    opts,
-		t:       t,
+		Dir:        dir,
+		Root:       filepath.Join(dir, "root"),
+		State:      filepath.Join(dir, "state"),
+		Socket:     filepath.Join(dir, "containerd.sock"),
+		LogPath:    filepath.Join(dir, "containerd.log"),
+		CNIConfDir: filepath.Join(dir, "cni-conf"),
+		cfgPath:    filepath.Join(dir, "config.toml"),
+		opts:       opts,
+		t:          t,
 	}
 	c.Endpoint = "unix://" + c.Socket
 	t.Cleanup(c.cleanup)
 
-	for _, d := range []string{c.Root, c.State, filepath.Join(dir, "opt"), filepath.Join(dir, "runc"), filepath.Join(dir, "cni-conf")} {
+	for _, d := range []string{c.Root, c.State, filepath.Join(dir, "opt"), filepath.Join(dir, "runc"), c.CNIConfDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			t.Fatalf("creating %s: %v", d, err)
 		}
@@ -173,7 +181,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Root = %q
         SystemdCgroup = false
 `, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
-		c.opts.SandboxImage, filepath.Join(c.Dir, "cni-conf"), filepath.Join(c.Dir, "runc"))
+		c.opts.SandboxImage, c.CNIConfDir, filepath.Join(c.Dir, "runc"))
 }
 
 func (c *Containerd) start(t testing.TB) {

@@ -1,0 +1,511 @@
+//go:build e2e
+
+// Package cluster boots a real one-node Kubernetes cluster on this machine for the
+// end-to-end tests: etcd, kube-apiserver and kube-controller-manager (internal/testenv/
+// apiserver), a second controller manager for the workload controllers (DaemonSet,
+// Deployment, ReplicaSet), kube-scheduler, a private containerd with a CNI bridge, and a
+// kubelet whose kubepods cgroup has a real memory limit. Everything lives under one
+// temporary directory; the teardown stops every process, removes the pods' cgroups, mounts,
+// bridge and log links, restores the kernel settings the kubelet changed, and removes the
+// directory.
+//
+// It needs root, the Kubernetes binaries (make k8s-binaries) and the Debian packages etcd-server,
+// containerd, runc, containernetworking-plugins, busybox-static and iproute2 (make e2e-deps).
+//
+//	func TestScenarios(t *testing.T) {
+//		c := cluster.Start(t, cluster.Options{})
+//		t.Run("Memory", func(t *testing.T) { ... c.Client ... })
+//	}
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/evictiond/evictiond/internal/testenv/apiserver"
+	"github.com/evictiond/evictiond/internal/testenv/containerd"
+)
+
+// NodeName is the name the kubelet registers its Node under.
+const NodeName = "evictiond-e2e"
+
+// BridgeName is the CNI bridge the pods' veths attach to; removed at teardown.
+const BridgeName = "evde2e0"
+
+// PodSubnet is the host-local IPAM range of the bridge network.
+const PodSubnet = "10.244.0.0/24"
+
+// Options shape the cluster. The zero value is what the scenarios use.
+type Options struct {
+	// PodsMemoryBytes is the memory limit of the kubepods cgroup, enforced by the kubelet
+	// (enforceNodeAllocatable: [pods]) with systemReserved = MemTotal - PodsMemoryBytes, so
+	// pods feel real memory pressure while the machine stays safe. Default 3 GiB.
+	PodsMemoryBytes int64
+	// KubeletEvictionHard is the kubelet's hard eviction thresholds: the backstop below
+	// evictiond's. Default DefaultKubeletEvictionHard.
+	KubeletEvictionHard map[string]string
+	// KubeletPressureTransitionPeriod is the kubelet's evictionPressureTransitionPeriod.
+	// Default 30 s (the kubelet's 5 min would hold MemoryPressure, and the admission
+	// rejection of BestEffort pods, long after each scenario).
+	KubeletPressureTransitionPeriod time.Duration
+	// KubeletKernelMemcgNotification turns on the kubelet's memcg threshold notifier.
+	KubeletKernelMemcgNotification bool
+	// StartTimeout bounds each wait of the boot. Default 3 min (the machine is shared).
+	StartTimeout time.Duration
+	// KeepDir keeps the cluster directory (every component's log) after the teardown;
+	// also turned on by EVICTIOND_E2E_KEEP=1.
+	KeepDir bool
+}
+
+// DefaultKubeletEvictionHard keeps the kubelet's eviction as a backstop only: low enough
+// that evictiond acts first, and far from what other work on a shared machine causes.
+var DefaultKubeletEvictionHard = map[string]string{
+	"memory.available":            "100Mi",
+	"allocatableMemory.available": "100Mi",
+	"nodefs.available":            "1%",
+	"nodefs.inodesFree":           "1%",
+	"imagefs.available":           "1%",
+	"imagefs.inodesFree":          "1%",
+}
+
+// Cluster is a running one-node cluster.
+type Cluster struct {
+	// Dir holds everything: component logs, kubelet root, containerd, CNI state.
+	Dir string
+	// API is the control plane (etcd, kube-apiserver, kube-controller-manager).
+	API *apiserver.Env
+	// Client and Config are admin (system:masters) clients.
+	Client kubernetes.Interface
+	Config *rest.Config
+	// KubeconfigPath is an admin kubeconfig, for kubectl.
+	KubeconfigPath string
+	// Containerd is the node's container runtime.
+	Containerd *containerd.Containerd
+	// KubeletRootDir is the kubelet's --root-dir (pods, volumes, emptyDirs).
+	KubeletRootDir string
+	// PodLogsDir is the kubelet's podLogsDir.
+	PodLogsDir string
+	// PodsMemoryLimitBytes is the kubepods cgroup's memory limit as the kernel reports it.
+	PodsMemoryLimitBytes int64
+	// KubeletConfig is the configuration the kubelet runs with.
+	KubeletConfig kubeletv1beta1.KubeletConfiguration
+	// BootDuration is how long Start took until the Node was Ready.
+	BootDuration time.Duration
+
+	opts        Options
+	host        *hostState
+	kubelet     *component
+	scheduler   *component
+	controllers *component
+}
+
+// Start boots the cluster and waits until the Node is Ready. It fails the test with the
+// failing component's log tail if anything does not come up, and registers the teardown.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	begin := time.Now()
+	setDefaults(&opts)
+	if os.Geteuid() != 0 {
+		t.Fatal("the e2e cluster needs root (cgroups, mounts, network namespaces): run `make test-e2e` as root")
+	}
+	binDir := apiserver.DefaultBinDir()
+	for _, name := range []string{"kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			t.Fatalf("%s %s not found in %s: build it with `make k8s-binaries` (hack/k8s-binaries.sh), or set EVICTIOND_K8S_BIN: %v",
+				name, apiserver.K8sVersion, binDir, err)
+		}
+	}
+	for bin, pkg := range map[string]string{"ip": "iproute2", "etcd": "etcd-server"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not found in PATH: install Debian package %s (make e2e-deps)", bin, pkg)
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/cni", plugin)); err != nil {
+			t.Fatalf("CNI plugin %s not found in /usr/lib/cni: install Debian package containernetworking-plugins (make e2e-deps)", plugin)
+		}
+	}
+	host, err := snapshotHost()
+	if err != nil {
+		t.Fatalf("e2e cluster: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "evictiond-e2e-")
+	if err != nil {
+		t.Fatalf("creating the cluster directory: %v", err)
+	}
+	c := &Cluster{
+		Dir:            dir,
+		KubeletRootDir: filepath.Join(dir, "kubelet"),
+		PodLogsDir:     filepath.Join(dir, "pod-logs"),
+		opts:           opts,
+		host:           host,
+	}
+	// Cleanups run last-registered first: this one (host state, mounts, directory) runs
+	// after the kubelet, containerd and the control plane are stopped.
+	t.Cleanup(func() { c.cleanupHost(t) })
+
+	// The control plane boots in the background while containerd starts and the images are
+	// built and imported here (containerd.Start must run on the test goroutine).
+	type apiResult struct {
+		env *apiserver.Env
+		err error
+	}
+	apiDone := make(chan apiResult, 1)
+	go func() {
+		env, err := apiserver.Start(apiserver.Options{StartTimeout: opts.StartTimeout})
+		apiDone <- apiResult{env, err}
+	}()
+	var apiCollected bool
+	collectAPI := func() error {
+		if apiCollected {
+			return nil
+		}
+		apiCollected = true
+		r := <-apiDone
+		c.API = r.env
+		return r.err
+	}
+	t.Cleanup(func() {
+		if err := collectAPI(); err == nil && c.API != nil {
+			c.API.Stop()
+		}
+	})
+
+	c.Containerd = containerd.Start(t, containerd.Options{ParentDir: dir, StartTimeout: opts.StartTimeout})
+	if err := writeCNIConfig(c.Containerd.CNIConfDir, filepath.Join(dir, "cni-ipam")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+	defer cancel()
+	if err := importImages(ctx, c.Containerd, filepath.Join(dir, "workloads")); err != nil {
+		t.Fatalf("importing the pause and workload images: %v", err)
+	}
+
+	if err := collectAPI(); err != nil {
+		t.Fatalf("starting the control plane: %v", err)
+	}
+	c.Client, c.Config, c.KubeconfigPath = c.API.Client, c.API.Config, c.API.KubeconfigPath
+
+	// Stop order at teardown: kubelet first (so it does not restart what containerd's
+	// cleanup removes), then scheduler and controllers; containerd and the control plane
+	// follow through their own cleanups.
+	t.Cleanup(func() { c.stopComponents(t) })
+	if err := c.startControlPlaneExtras(binDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.startKubelet(binDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitNodeReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	limit, err := readPodsMemoryLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.PodsMemoryLimitBytes = limit
+	c.BootDuration = time.Since(begin)
+	t.Logf("e2e cluster up in %s: node %s Ready, kubepods memory limit %d MiB, dir %s",
+		c.BootDuration.Round(time.Millisecond), NodeName, limit>>20, dir)
+	return c
+}
+
+func setDefaults(opts *Options) {
+	if opts.PodsMemoryBytes == 0 {
+		opts.PodsMemoryBytes = 3 << 30
+	}
+	if opts.KubeletEvictionHard == nil {
+		opts.KubeletEvictionHard = DefaultKubeletEvictionHard
+	}
+	if opts.KubeletPressureTransitionPeriod == 0 {
+		opts.KubeletPressureTransitionPeriod = 30 * time.Second
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	if os.Getenv("EVICTIOND_E2E_KEEP") == "1" {
+		opts.KeepDir = true
+	}
+}
+
+// writeCNIConfig writes a bridge + host-local network. No masquerading: pods only talk to
+// each other and the node, and the machine's iptables stay untouched.
+func writeCNIConfig(confDir, ipamDir string) error {
+	conf := map[string]any{
+		"cniVersion": "0.4.0",
+		"name":       "evictiond-e2e",
+		"plugins": []any{
+			map[string]any{
+				"type":        "bridge",
+				"bridge":      BridgeName,
+				"isGateway":   true,
+				"ipMasq":      false,
+				"hairpinMode": true,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"ranges":  [][]map[string]string{{{"subnet": PodSubnet}}},
+					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+					"dataDir": ipamDir,
+				},
+			},
+		},
+	}
+	data, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the CNI conflist: %w", err)
+	}
+	path := filepath.Join(confDir, "10-evictiond-e2e.conflist")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// startControlPlaneExtras starts what the testenv control plane leaves out: kube-scheduler
+// and the workload controllers (its controller manager runs only what the API tier needs).
+func (c *Cluster) startControlPlaneExtras(binDir string) error {
+	c.scheduler = &component{
+		name:    "kube-scheduler",
+		path:    filepath.Join(binDir, "kube-scheduler"),
+		logPath: filepath.Join(c.Dir, "kube-scheduler.log"),
+		args: []string{
+			"--kubeconfig=" + c.KubeconfigPath,
+			"--authentication-kubeconfig=" + c.KubeconfigPath,
+			"--authorization-kubeconfig=" + c.KubeconfigPath,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=0",
+			"--v=1",
+		},
+	}
+	c.controllers = &component{
+		name:    "kube-controller-manager (workloads)",
+		path:    filepath.Join(binDir, "kube-controller-manager"),
+		logPath: filepath.Join(c.Dir, "kube-controller-manager-workloads.log"),
+		args: []string{
+			"--kubeconfig=" + c.KubeconfigPath,
+			"--controllers=daemonset-controller,deployment-controller,replicaset-controller",
+			"--leader-elect=false",
+			"--secure-port=0",
+			"--v=1",
+		},
+	}
+	for _, p := range []*component{c.scheduler, c.controllers} {
+		if err := p.start(); err != nil {
+			return p.failure(err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startKubelet(binDir string) error {
+	total, err := memTotalBytes()
+	if err != nil {
+		return err
+	}
+	reserved := total - c.opts.PodsMemoryBytes
+	if reserved <= 0 {
+		return fmt.Errorf("Options.PodsMemoryBytes=%d: must be below the machine's memory (%d bytes)", c.opts.PodsMemoryBytes, total)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	cfg := kubeletv1beta1.KubeletConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		// This machine runs cgroup v1, which kubelet 1.35 refuses by default.
+		FailCgroupV1:             ptr.To(false),
+		CgroupDriver:             "cgroupfs",
+		CgroupsPerQOS:            ptr.To(true),
+		CgroupRoot:               "/",
+		FailSwapOn:               ptr.To(false),
+		ContainerRuntimeEndpoint: c.Containerd.Endpoint,
+		// Loopback only: nothing outside this machine needs the kubelet's API.
+		Address:            "127.0.0.1",
+		Port:               int32(ports[0]),
+		HealthzBindAddress: "127.0.0.1",
+		HealthzPort:        ptr.To(int32(ports[1])),
+		ReadOnlyPort:       0,
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},
+		},
+		Authorization: kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
+		PodLogsDir:    c.PodLogsDir,
+		// Its default is under /usr/libexec, which the kubelet would create.
+		VolumePluginDir: filepath.Join(c.Dir, "volume-plugins"),
+		// The kubelet must not add its iptables canary chains to the machine.
+		MakeIPTablesUtilChains: ptr.To(false),
+		// kubepods gets a limit of MemTotal - reserved: real pressure, safe machine.
+		SystemReserved:                   map[string]string{"memory": strconv.FormatInt(reserved, 10)},
+		EnforceNodeAllocatable:           []string{"pods"},
+		EvictionHard:                     c.opts.KubeletEvictionHard,
+		EvictionPressureTransitionPeriod: metav1.Duration{Duration: c.opts.KubeletPressureTransitionPeriod},
+		KernelMemcgNotification:          c.opts.KubeletKernelMemcgNotification,
+	}
+	c.KubeletConfig = cfg
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encoding the kubelet configuration: %w", err)
+	}
+	cfgPath := filepath.Join(c.Dir, "kubelet-config.yaml")
+	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", cfgPath, err)
+	}
+	c.kubelet = &component{
+		name:    "kubelet",
+		path:    filepath.Join(binDir, "kubelet"),
+		logPath: filepath.Join(c.Dir, "kubelet.log"),
+		args: []string{
+			"--config=" + cfgPath,
+			"--kubeconfig=" + c.KubeconfigPath,
+			"--root-dir=" + c.KubeletRootDir,
+			"--cert-dir=" + filepath.Join(c.Dir, "kubelet-pki"),
+			"--hostname-override=" + NodeName,
+			// cAdvisor's containerd factory has its own socket setting; without it the
+			// kubelet's container stats would miss every container of this containerd.
+			"--containerd=" + c.Containerd.Socket,
+			"--v=2",
+		},
+	}
+	if err := c.kubelet.start(); err != nil {
+		return c.kubelet.failure(err)
+	}
+	return nil
+}
+
+// waitNodeReady waits until the kubelet has registered the Node and reports it Ready (which
+// needs the CRI's runtime and network to be ready), failing early if the kubelet exits.
+func (c *Cluster) waitNodeReady(ctx context.Context) error {
+	var last string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, p := range []*component{c.kubelet, c.scheduler, c.controllers} {
+			if !p.running() {
+				return false, p.failure(errors.New("exited during the boot"))
+			}
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				last = fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+				return cond.Status == corev1.ConditionTrue, nil
+			}
+		}
+		last = "no Ready condition yet"
+		return false, nil
+	})
+	if err != nil {
+		var failed interface{ Unwrap() error }
+		if errors.As(err, &failed) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return c.kubelet.failure(fmt.Errorf("waiting for node %s to be Ready: %w (last seen: %s)", NodeName, err, last))
+	}
+	return nil
+}
+
+// readPodsMemoryLimit reads the limit the kubelet put on the kubepods cgroup.
+func readPodsMemoryLimit() (int64, error) {
+	for _, path := range []string{"/sys/fs/cgroup/memory/kubepods/memory.limit_in_bytes", "/sys/fs/cgroup/kubepods/memory.max"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing %s = %q: %w", path, data, err)
+		}
+		return v, nil
+	}
+	return 0, errors.New("kubepods memory cgroup not found: the kubelet did not create it (see kubelet.log)")
+}
+
+// LogPath returns the log file of a component: "kubelet", "kube-scheduler",
+// "kube-controller-manager-workloads", "containerd", or one of the control plane's.
+func (c *Cluster) LogPath(component string) string {
+	switch component {
+	case "containerd":
+		return c.Containerd.LogPath
+	case "etcd", "kube-apiserver", "kube-controller-manager":
+		return c.API.LogPath(component)
+	}
+	return filepath.Join(c.Dir, component+".log")
+}
+
+// LogTail returns the last n lines of a component's log (see LogPath).
+func (c *Cluster) LogTail(component string, n int) string {
+	return tailFile(c.LogPath(component), n)
+}
+
+func (c *Cluster) stopComponents(t testing.TB) {
+	if t.Failed() {
+		for _, name := range []string{"kubelet", "kube-scheduler", "kube-controller-manager-workloads", "containerd"} {
+			t.Logf("--- last lines of %s ---\n%s", name, c.LogTail(name, 30))
+		}
+	}
+	c.kubelet.stop(20 * time.Second)
+	c.scheduler.stop(10 * time.Second)
+	c.controllers.stop(10 * time.Second)
+}
+
+// cleanupHost runs after every process is gone: unmount what the kubelet mounted, restore
+// host state, remove the directory.
+func (c *Cluster) cleanupHost(t testing.TB) {
+	if err := unmountAllUnder(c.Dir); err != nil {
+		t.Errorf("e2e cluster teardown: %v", err)
+	}
+	if err := c.host.restore(c.PodLogsDir, BridgeName); err != nil {
+		t.Errorf("e2e cluster teardown: %v", err)
+	}
+	if c.opts.KeepDir {
+		t.Logf("e2e cluster directory kept: %s", c.Dir)
+		return
+	}
+	if err := os.RemoveAll(c.Dir); err != nil {
+		t.Errorf("e2e cluster teardown: removing %s: %v", c.Dir, err)
+	}
+}
+
+// freePorts reserves n distinct loopback ports (closed before use: a small race no run has
+// lost yet).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free loopback port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

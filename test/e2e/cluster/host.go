@@ -1,0 +1,249 @@
+//go:build e2e
+
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kubelet and the CNI bridge plugin change host state outside the cluster's directory.
+// hostState records that state before the cluster starts, and restore puts it back, so a run
+// leaves the machine as it found it.
+
+// kubeletSysctls are the kernel tunables the kubelet's container manager sets at start
+// (pkg/kubelet/cm setupKernelTunables), plus IP forwarding, which the bridge plugin's
+// isGateway turns on.
+var kubeletSysctls = []string{
+	"vm/overcommit_memory",
+	"vm/panic_on_oom",
+	"kernel/panic",
+	"kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys",
+	"kernel/keys/root_maxbytes",
+	"net/ipv4/ip_forward",
+}
+
+// containerLogsDir is where the kubelet links container logs whatever its configuration
+// (a package variable in the kubelet, not a setting).
+const containerLogsDir = "/var/log/containers"
+
+// cniCacheDir is libcni's result cache, which containerd 1.6 does not let us move.
+const cniCacheDir = "/var/lib/cni"
+
+type hostState struct {
+	sysctls               map[string]string
+	hadContainerLogsDir   bool
+	hadCNICacheDir        bool
+	existingKubepodsPaths map[string]bool
+}
+
+func snapshotHost() (*hostState, error) {
+	h := &hostState{sysctls: map[string]string{}, existingKubepodsPaths: map[string]bool{}}
+	for _, key := range kubeletSysctls {
+		data, err := os.ReadFile(filepath.Join("/proc/sys", key))
+		if err != nil {
+			return nil, fmt.Errorf("reading sysctl %s: %w", key, err)
+		}
+		h.sysctls[key] = strings.TrimSpace(string(data))
+	}
+	h.hadContainerLogsDir = exists(containerLogsDir)
+	h.hadCNICacheDir = exists(cniCacheDir)
+	for _, p := range kubepodsCgroups() {
+		h.existingKubepodsPaths[p] = true
+	}
+	if len(h.existingKubepodsPaths) > 0 {
+		// Another kubelet owns them (or a crashed run left them): starting a second one on top
+		// would mix its pods with ours and tear down someone else's cgroups at the end.
+		return nil, fmt.Errorf("kubepods cgroups already exist (%s): another kubelet runs on this machine, or a previous run was killed; "+
+			"stop it, or remove them with `find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} +`",
+			strings.Join(sortedKeys(h.existingKubepodsPaths), ", "))
+	}
+	return h, nil
+}
+
+// restore undoes what the kubelet and the CNI plugins changed. Every step runs whatever the
+// previous ones returned; the errors are joined.
+func (h *hostState) restore(podLogsDir, bridge string) error {
+	var errs []error
+	for key, value := range h.sysctls {
+		path := filepath.Join("/proc/sys", key)
+		if cur, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(cur)) == value {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring sysctl %s=%s: %w", key, value, err))
+		}
+	}
+	errs = append(errs, removeLinksInto(containerLogsDir, podLogsDir))
+	if !h.hadContainerLogsDir {
+		errs = append(errs, removeIfEmpty(containerLogsDir))
+	}
+	if !h.hadCNICacheDir {
+		if err := os.RemoveAll(cniCacheDir); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", cniCacheDir, err))
+		}
+	}
+	if bridge != "" {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", bridge)); err == nil {
+			if out, err := exec.Command("ip", "link", "delete", bridge).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("deleting bridge %s: %w: %s", bridge, err, out))
+			}
+		}
+	}
+	errs = append(errs, removeKubepodsCgroups())
+	return errors.Join(errs...)
+}
+
+// kubepodsCgroups lists the kubelet's top-level pod cgroups in every mounted hierarchy.
+func kubepodsCgroups() []string {
+	matches, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if exists("/sys/fs/cgroup/kubepods") { // a pure cgroup v2 machine
+		matches = append(matches, "/sys/fs/cgroup/kubepods")
+	}
+	return matches
+}
+
+// removeKubepodsCgroups removes the kubelet's cgroup trees, deepest first. The processes in
+// them are gone by then (containerd's cleanup removed every sandbox).
+func removeKubepodsCgroups() error {
+	var errs []error
+	for _, root := range kubepodsCgroups() {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeLinksInto removes the symlinks in dir that point below target.
+func removeLinksInto(dir, target string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		link := filepath.Join(dir, e.Name())
+		dest, err := os.Readlink(link)
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(dest, target+"/") {
+			if err := os.Remove(link); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeIfEmpty(dir string) error {
+	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTEMPTY) {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountAllUnder unmounts every mount point at or below dir, deepest first (the kubelet
+// bind-mounts its root dir onto itself to make it rshared, and mounts tmpfs for secrets,
+// projected tokens and memory-backed emptyDirs below it).
+func unmountAllUnder(dir string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading mountinfo: %w", err)
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	var errs []error
+	for _, mp := range points {
+		// The same point can be mounted more than once (bind onto itself): EINVAL once gone.
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", mp, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, ...).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// memTotalBytes is the machine's memory capacity as cAdvisor, and so the kubelet, sees it.
+func memTotalBytes() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("reading /proc/meminfo: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing MemTotal %q: %w", rest, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemTotal line")
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

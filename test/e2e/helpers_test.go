@@ -1,0 +1,155 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/evictiond/evictiond/test/e2e/cluster"
+)
+
+// createNamespace creates a namespace for one scenario, waits for its default
+// ServiceAccount (pods cannot be created before it exists), and deletes it at the end.
+func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		grace := int64(0)
+		_ = client.CoreV1().Pods(name).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s: the default ServiceAccount did not appear: %v", name, err)
+	}
+}
+
+// workloadContainer is a container running one of the e2e workload images.
+func workloadContainer(workload string, args []string, requests, limits corev1.ResourceList) corev1.Container {
+	return corev1.Container{
+		Name:            workload,
+		Image:           cluster.WorkloadImage(workload),
+		ImagePullPolicy: corev1.PullNever,
+		Args:            args,
+		Resources:       corev1.ResourceRequirements{Requests: requests, Limits: limits},
+	}
+}
+
+// resources builds a ResourceList from "cpu", "memory", ... to quantity strings.
+func resources(kv ...string) corev1.ResourceList {
+	if len(kv)%2 != 0 {
+		panic("resources: odd number of arguments")
+	}
+	list := corev1.ResourceList{}
+	for i := 0; i < len(kv); i += 2 {
+		list[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return list
+}
+
+// podOnNode is a pod pinned to the e2e node that is never restarted, so its end state stays
+// visible (OOMKilled, Evicted, ...).
+func podOnNode(namespace, name string, containers ...corev1.Container) *corev1.Pod {
+	grace := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			NodeName:                      cluster.NodeName,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    containers,
+		},
+	}
+}
+
+// waitPod polls a pod until done says so, and fails the test with the pod's status and the
+// kubelet's log tail on timeout.
+func waitPod(t *testing.T, c *cluster.Cluster, namespace, name string, timeout time.Duration, what string, done func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := c.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return false, nil
+		}
+		last = pod
+		return done(pod), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: waiting %s for it to be %s: %v\nlast status: %s\n--- kubelet log ---\n%s",
+			namespace, name, timeout, what, err, describeStatus(last), c.LogTail("kubelet", 25))
+	}
+	return last
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
+// describeStatus is a one-line account of a pod's status for failure messages and logs.
+func describeStatus(pod *corev1.Pod) string {
+	if pod == nil {
+		return "(never seen)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s", pod.Status.Phase)
+	if pod.Status.Reason != "" {
+		fmt.Fprintf(&b, " reason=%s message=%q", pod.Status.Reason, pod.Status.Message)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		fmt.Fprintf(&b, " [%s restarts=%d", cs.Name, cs.RestartCount)
+		switch {
+		case cs.State.Running != nil:
+			fmt.Fprintf(&b, " running since %s", cs.State.Running.StartedAt.Format(time.RFC3339))
+		case cs.State.Terminated != nil:
+			fmt.Fprintf(&b, " terminated reason=%s exit=%d", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+		case cs.State.Waiting != nil:
+			fmt.Fprintf(&b, " waiting reason=%s %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+// terminatedState returns the terminated state of the pod's named container, or nil.
+func terminatedState(pod *corev1.Pod, container string) *corev1.ContainerStateTerminated {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
