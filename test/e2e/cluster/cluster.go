@@ -280,8 +280,10 @@ func writeCNIConfig(confDir, ipamDir string) error {
 	return nil
 }
 
-// startControlPlaneExtras starts what the testenv control plane leaves out: kube-scheduler
-// and the workload controllers (its controller manager runs only what the API tier needs).
+// startControlPlaneExtras starts what the testenv control plane leaves out: kube-scheduler,
+// the workload controllers and the node lifecycle controller, which removes the not-ready
+// taint the kubelet registers the Node with (its controller manager runs only what the API
+// tier needs).
 func (c *Cluster) startControlPlaneExtras(binDir string) error {
 	c.scheduler = &component{
 		name:    "kube-scheduler",
@@ -298,12 +300,12 @@ func (c *Cluster) startControlPlaneExtras(binDir string) error {
 		},
 	}
 	c.controllers = &component{
-		name:    "kube-controller-manager (workloads)",
+		name:    "kube-controller-manager (workloads, node lifecycle)",
 		path:    filepath.Join(binDir, "kube-controller-manager"),
 		logPath: filepath.Join(c.Dir, "kube-controller-manager-workloads.log"),
 		args: []string{
 			"--kubeconfig=" + c.KubeconfigPath,
-			"--controllers=daemonset-controller,deployment-controller,replicaset-controller",
+			"--controllers=daemonset-controller,deployment-controller,replicaset-controller,node-lifecycle-controller",
 			"--leader-elect=false",
 			"--secure-port=0",
 			"--v=1",
@@ -393,8 +395,9 @@ func (c *Cluster) startKubelet(binDir string) error {
 	return nil
 }
 
-// waitNodeReady waits until the kubelet has registered the Node and reports it Ready (which
-// needs the CRI's runtime and network to be ready), failing early if the kubelet exits.
+// waitNodeReady waits until the kubelet has registered the Node, reports it Ready (which
+// needs the CRI's runtime and network to be ready) and the node lifecycle controller has
+// lifted the not-ready taint, so pods schedule. It fails early if a component exits.
 func (c *Cluster) waitNodeReady(ctx context.Context) error {
 	var last string
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -408,14 +411,21 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 			last = err.Error()
 			return false, nil
 		}
+		ready := false
+		last = "no Ready condition yet"
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				last = fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message)
-				return cond.Status == corev1.ConditionTrue, nil
+				ready = cond.Status == corev1.ConditionTrue
 			}
 		}
-		last = "no Ready condition yet"
-		return false, nil
+		for _, taint := range node.Spec.Taints {
+			if taint.Key == corev1.TaintNodeNotReady {
+				last += "; taint " + taint.ToString() + " still set"
+				return false, nil
+			}
+		}
+		return ready, nil
 	})
 	if err != nil {
 		var failed interface{ Unwrap() error }

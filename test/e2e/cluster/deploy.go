@@ -1,0 +1,300 @@
+//go:build e2e
+
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// Where deploy/ puts evictiond; the e2e overlay keeps these names.
+const (
+	EvictiondNamespace = "evictiond-system"
+	EvictiondDaemonSet = "evictiond"
+	EvictiondConfigMap = "evictiond-config"
+	// EvictiondImage is the reference `make image` tags the image with (Makefile IMAGE).
+	EvictiondImage = "evictiond.io/evictiond:dev"
+)
+
+// fieldManager names the harness as the owner of what it applies (server-side apply).
+const fieldManager = "evictiond-e2e"
+
+// DeployOptions shape DeployEvictiond.
+type DeployOptions struct {
+	// ImageArchive is evictiond's image as written by `make image`. Default
+	// $EVICTIOND_IMAGE_TAR; when both are empty, `make image` is run in the repository.
+	ImageArchive string
+	// Config, when set, replaces the ConfigMap's config.yaml (an EvictionConfiguration).
+	Config string
+	// ReadyTimeout bounds the wait for the DaemonSet's pod to be Ready. Default 2 min.
+	ReadyTimeout time.Duration
+}
+
+// DeployEvictiond imports evictiond's image, renders deploy/ through the e2e overlay
+// (test/e2e/overlay) plus this run's paths and ports, applies it, and waits until the
+// DaemonSet's pod on the node is Ready. It returns that pod. On a timeout the error carries
+// the pod's status and the tail of its log.
+func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*corev1.Pod, error) {
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	archive := opts.ImageArchive
+	if archive == "" {
+		archive = os.Getenv("EVICTIOND_IMAGE_TAR")
+	}
+	if archive == "" {
+		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("make image: %w: %s", err, out)
+		}
+		archive = filepath.Join(root, "bin", "evictiond-image.tar")
+	}
+	if err := c.ImportArchive(ctx, archive); err != nil {
+		return nil, fmt.Errorf("importing evictiond's image %s: %w", archive, err)
+	}
+	manifests, err := c.RenderEvictiond(root, opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Apply(ctx, manifests); err != nil {
+		return nil, err
+	}
+	return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
+}
+
+// RenderEvictiond builds the e2e overlay with this run's values layered on top: the API
+// server's loopback port (the node has no kube-proxy, so the in-cluster Service address
+// would lead nowhere; evictiond runs on the host network and reaches the API server on
+// loopback), the private containerd's socket, the kubelet's pod logs directory and a state
+// directory inside the cluster's tree. config, when set, replaces config.yaml.
+func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
+	dir := filepath.Join(c.Dir, "overlay-run")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	apiPort := strings.TrimPrefix(c.Config.Host[strings.LastIndex(c.Config.Host, ":"):], ":")
+	if _, err := strconv.Atoi(apiPort); err != nil {
+		return nil, fmt.Errorf("API server host %q: no port", c.Config.Host)
+	}
+	patch := fmt.Sprintf(`apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+spec:
+  template:
+    spec:
+      containers:
+        - name: evictiond
+          env:
+            - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+            - {name: KUBERNETES_SERVICE_PORT, value: %[3]q}
+      volumes:
+        - name: cri-socket
+          hostPath: {path: %[4]q, type: Socket}
+        - name: pod-logs
+          hostPath: {path: %[5]q, type: DirectoryOrCreate}
+        - name: state
+          hostPath: {path: %[6]q, type: DirectoryOrCreate}
+`, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Socket, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"))
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+patches:
+  - path: run-paths.yaml
+`, filepath.Join(repoRoot, "test", "e2e", "overlay"))
+	files := map[string]string{"kustomization.yaml": kustomization, "run-paths.yaml": patch}
+	if config != "" {
+		cm := map[string]any{
+			"apiVersion": "v1",
+			"kind":       "ConfigMap",
+			"metadata":   map[string]any{"name": EvictiondConfigMap, "namespace": EvictiondNamespace},
+			"data":       map[string]string{"config.yaml": config},
+		}
+		data, err := yaml.Marshal(cm)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the config patch: %w", err)
+		}
+		files["config.yaml"] = string(data)
+		files["kustomization.yaml"] += "  - path: config.yaml\n"
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", name, err)
+		}
+	}
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s (overlay test/e2e/overlay over deploy/): %w", dir, err)
+	}
+	out, err := resMap.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("rendering the overlay: %w", err)
+	}
+	return out, nil
+}
+
+// Apply server-side-applies every object of a multi-document YAML stream, in order
+// (Namespaces first is the author's job, as with kubectl apply).
+func (c *Cluster) Apply(ctx context.Context, manifests []byte) error {
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("building a dynamic client: %w", err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("building a discovery client: %w", err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	for _, doc := range bytes.Split(manifests, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return fmt.Errorf("decoding manifest: %w\n%s", err, doc)
+		}
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk, obj.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
+			return fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// WaitEvictiondReady waits until the DaemonSet has its pod on the node, Ready, and returns it.
+func (c *Cluster) WaitEvictiondReady(ctx context.Context, timeout time.Duration) (*corev1.Pod, error) {
+	var ready *corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(EvictiondNamespace).Get(ctx, EvictiondDaemonSet, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		pod, err := c.EvictiondPod(ctx)
+		if err != nil {
+			last = fmt.Sprintf("daemonset status %+v; %v", ds.Status, err)
+			return false, nil
+		}
+		last = fmt.Sprintf("daemonset status %+v; pod %s phase %s", ds.Status, pod.Name, pod.Status.Phase)
+		if dsReady(ds) && podIsReady(pod) {
+			ready = pod
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("evictiond DaemonSet not ready after %s: %w (last seen: %s)\n--- evictiond log ---\n%s\n--- kubelet log ---\n%s",
+			timeout, err, last, c.EvictiondLogTail(40), c.LogTail("kubelet", 20))
+	}
+	return ready, nil
+}
+
+func dsReady(ds *appsv1.DaemonSet) bool {
+	return ds.Status.DesiredNumberScheduled > 0 && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled &&
+		ds.Status.UpdatedNumberScheduled == ds.Status.DesiredNumberScheduled
+}
+
+func podIsReady(pod *corev1.Pod) bool {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// EvictiondPod returns the newest running (not terminating) evictiond pod on the node.
+func (c *Cluster) EvictiondPod(ctx context.Context) (*corev1.Pod, error) {
+	pods, err := c.Client.CoreV1().Pods(EvictiondNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=evictiond"})
+	if err != nil {
+		return nil, fmt.Errorf("listing evictiond pods: %w", err)
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Spec.NodeName != NodeName {
+			continue
+		}
+		if newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return nil, errors.New("no evictiond pod on the node yet")
+	}
+	return newest, nil
+}
+
+// EvictiondLogPath returns the log file of the current evictiond container, read from the
+// kubelet's pod logs directory (the kubelet's log API is not exposed by this node).
+func (c *Cluster) EvictiondLogPath(ctx context.Context) (string, error) {
+	pod, err := c.EvictiondPod(ctx)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(c.PodLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), "evictiond")
+	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(logs) == 0 {
+		return "", fmt.Errorf("no container log in %s", dir)
+	}
+	// The highest restart number is the current container.
+	newest := logs[0]
+	for _, l := range logs[1:] {
+		if restartNumber(l) > restartNumber(newest) {
+			newest = l
+		}
+	}
+	return newest, nil
+}
+
+func restartNumber(logPath string) int {
+	n, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(logPath), ".log"))
+	return n
+}
+
+// EvictiondLogTail returns the last n lines of evictiond's container log, or why not.
+func (c *Cluster) EvictiondLogTail(n int) string {
+	path, err := c.EvictiondLogPath(context.Background())
+	if err != nil {
+		return fmt.Sprintf("(no evictiond log: %v)", err)
+	}
+	return tailFile(path, n)
+}
