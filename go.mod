@@ -10,6 +10,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/fsnotify/fsnotify v1.9.0
+
 require (
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
