@@ -1,0 +1,166 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/test/e2e/cluster"
+)
+
+// TestEvictiond boots a cluster, deploys evictiond from deploy/ through the e2e overlay, and
+// runs the scenarios against it.
+func TestEvictiond(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{})
+	ctx := context.Background()
+	start := time.Now()
+	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{})
+	if err != nil {
+		t.Fatalf("deploying evictiond: %v", err)
+	}
+	t.Logf("evictiond DaemonSet pod %s Ready %s after the apply", pod.Name, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
+		}
+	})
+	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
+}
+
+// testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond
+// its request inside kubepods' real limit is evicted by evictiond through the Eviction API
+// before the kernel OOM-kills anything and before the kubelet's backstop acts; a Guaranteed
+// pod and a Burstable pod within its request keep running; exactly one pod is evicted.
+func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
+	const ns = "e2e-memory"
+	createNamespace(t, c.Client, ns)
+	ctx := context.Background()
+
+	bystanders := []*corev1.Pod{
+		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
+		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
+	}
+	for _, p := range bystanders {
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+	}
+	for _, p := range bystanders {
+		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
+	}
+	oomKillsBefore := kubepodsOOMKills(t)
+
+	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=200"}, resources("memory", "64Mi"), nil))
+	created, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod hog: %v", err)
+	}
+	// 200 MiB/s reaches evictiond's threshold (500Mi below the 3 GiB limit) in about 13 s,
+	// and the limit itself 2.5 s later: evictiond has those 2.5 s.
+	last := waitPodGone(t, c, ns, "hog", created.UID, 2*time.Minute)
+	if term := terminatedState(last, "memhog"); term != nil && term.Reason == "OOMKilled" {
+		t.Errorf("hog was OOM-killed, not evicted: %s", describeStatus(last))
+	}
+	if oomKills := kubepodsOOMKills(t) - oomKillsBefore; oomKills != 0 {
+		t.Errorf("the kernel OOM-killed %d process(es) in kubepods during the episode, want 0", oomKills)
+	}
+
+	evicted := evictionEvents(t, c, ns)
+	if len(evicted) != 1 {
+		t.Fatalf("Evicted events in %s: %d, want exactly 1: %v", ns, len(evicted), evicted)
+	}
+	ev := evicted[0]
+	if ev.InvolvedObject.Name != "hog" || ev.Source.Component != "evictiond" {
+		t.Errorf("Evicted event for %s from %q, want for hog from evictiond: %s", ev.InvolvedObject.Name, ev.Source.Component, ev.Message)
+	}
+	if !strings.Contains(ev.Message, "memory") {
+		t.Errorf("Evicted event message %q does not name the starved resource", ev.Message)
+	}
+	t.Logf("hog evicted: %s", ev.Message)
+	for _, p := range bystanders {
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("bystander %s: %v", p.Name, err)
+		}
+		if !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("bystander %s hurt: %s", p.Name, describeStatus(got))
+		}
+	}
+}
+
+// waitPodGone polls until the pod with uid no longer exists (evicted pods are deleted) and
+// returns its last seen state.
+func waitPodGone(t *testing.T, c *cluster.Cluster, namespace, name string, uid types.UID, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := c.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		if pod.UID != uid {
+			return true, nil
+		}
+		last = pod
+		return podFinished(pod), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s still there after %s: %s\n--- evictiond ---\n%s", namespace, name, timeout, describeStatus(last), c.EvictiondLogTail(30))
+	}
+	return last
+}
+
+// evictionEvents lists the Evicted events in a namespace, whoever recorded them.
+func evictionEvents(t *testing.T, c *cluster.Cluster, namespace string) []corev1.Event {
+	t.Helper()
+	var events []corev1.Event
+	// Events are written asynchronously by the recorder: give it a moment.
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("reason", "Evicted").String(),
+		})
+		if err != nil {
+			return false, nil
+		}
+		events = list.Items
+		return len(events) > 0, nil
+	})
+	return events
+}
+
+// kubepodsOOMKills reads the kernel's count of OOM kills in the kubepods memory cgroup
+// (cgroup v1 memory.oom_control oom_kill, hierarchical).
+func kubepodsOOMKills(t *testing.T) int64 {
+	t.Helper()
+	const path = "/sys/fs/cgroup/memory/kubepods/memory.oom_control"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("parsing %s line %q: %v", path, line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("%s has no oom_kill line (kernel older than 4.13?)", path)
+	return 0
+}
