@@ -16,3 +16,16 @@ e2e-deps:
 
 test-e2e: k8s-binaries e2e-deps
 	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' -v ./test/e2e/...
+
+# make bench-ramp: memory ramps at 100/400/1000/4000 MiB/s against the kubelet's eviction
+# (kernelMemcgNotification on and off) and evictiond (notifier and poll-only) on the same
+# node; prints a markdown table (also written to $(BENCH_RAMP_OUT)). See docs/benchmarks.md.
+# BENCH_RAMP_SETUPS=kubelet-only measures the kubelet alone.
+BENCH_RAMP_OUT    ?= bin/bench-ramp.md
+BENCH_RAMP_SETUPS ?=
+
+.PHONY: bench-ramp
+bench-ramp: k8s-binaries e2e-deps
+	@mkdir -p $(dir $(BENCH_RAMP_OUT))
+	EVICTIOND_K8S_BIN=$(K8S_BIN) BENCH_RAMP_OUT=$(abspath $(BENCH_RAMP_OUT)) BENCH_RAMP_SETUPS=$(BENCH_RAMP_SETUPS) \
+		$(GO) test -tags 'e2e bench_ramp' -count=1 -timeout 60m -run '^TestBenchRamp$$' -v ./test/e2e/

@@ -4,8 +4,6 @@ package e2e_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +58,7 @@ func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
 	for _, p := range bystanders {
 		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
 	}
-	oomKillsBefore := kubepodsOOMKills(t)
+	oomKillsBefore := machineOOMKills(t)
 
 	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=200"}, resources("memory", "64Mi"), nil))
 	created, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{})
@@ -73,8 +71,8 @@ func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
 	if term := terminatedState(last, "memhog"); term != nil && term.Reason == "OOMKilled" {
 		t.Errorf("hog was OOM-killed, not evicted: %s", describeStatus(last))
 	}
-	if oomKills := kubepodsOOMKills(t) - oomKillsBefore; oomKills != 0 {
-		t.Errorf("the kernel OOM-killed %d process(es) in kubepods during the episode, want 0", oomKills)
+	if oomKills := machineOOMKills(t) - oomKillsBefore; oomKills != 0 {
+		t.Errorf("the kernel OOM-killed %d process(es) during the episode, want 0", oomKills)
 	}
 
 	evicted := evictionEvents(t, c, ns)
@@ -143,24 +141,12 @@ func evictionEvents(t *testing.T, c *cluster.Cluster, namespace string) []corev1
 	return events
 }
 
-// kubepodsOOMKills reads the kernel's count of OOM kills in the kubepods memory cgroup
-// (cgroup v1 memory.oom_control oom_kill, hierarchical).
-func kubepodsOOMKills(t *testing.T) int64 {
+// machineOOMKills reads the kernel's count of OOM kills on the machine.
+func machineOOMKills(t *testing.T) int64 {
 	t.Helper()
-	const path = "/sys/fs/cgroup/memory/kubepods/memory.oom_control"
-	data, err := os.ReadFile(path)
+	m, err := cluster.ReadPodsMemory()
 	if err != nil {
-		t.Fatalf("reading %s: %v", path, err)
+		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatalf("parsing %s line %q: %v", path, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("%s has no oom_kill line (kernel older than 4.13?)", path)
-	return 0
+	return m.OOMKills
 }

@@ -122,6 +122,7 @@ func testMemoryHogWithoutEvictiond(t *testing.T, c *cluster.Cluster) {
 		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
 	}
 
+	oomKillsBefore := machineOOMKills(t)
 	const rateMiB = 400
 	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=400"}, resources("memory", "64Mi"), nil))
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
@@ -134,6 +135,10 @@ func testMemoryHogWithoutEvictiond(t *testing.T, c *cluster.Cluster) {
 	case end.Status.Reason == "Evicted":
 		t.Logf("hog evicted by the kubelet: %s", end.Status.Message)
 	case term != nil && term.Reason == "OOMKilled":
+		// Proves the OOM kill counter scenario 1 relies on sees kills inside kubepods.
+		if kills := machineOOMKills(t) - oomKillsBefore; kills < 1 {
+			t.Errorf("hog OOMKilled but /proc/vmstat oom_kill grew by %d", kills)
+		}
 		t.Logf("hog OOM-killed by the kernel %s after its start (ramp %d MiB/s to the %d MiB kubepods limit)",
 			term.FinishedAt.Sub(term.StartedAt.Time), rateMiB, c.PodsMemoryLimitBytes>>20)
 	default:

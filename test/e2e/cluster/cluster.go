@@ -69,6 +69,9 @@ type Options struct {
 	KubeletPressureTransitionPeriod time.Duration
 	// KubeletKernelMemcgNotification turns on the kubelet's memcg threshold notifier.
 	KubeletKernelMemcgNotification bool
+	// AuditLog turns on the API server's audit log (Cluster.API.AuditLogPath), which gives
+	// the exact time of each eviction request.
+	AuditLog bool
 	// StartTimeout bounds each wait of the boot. Default 3 min (the machine is shared).
 	StartTimeout time.Duration
 	// KeepDir keeps the cluster directory (every component's log) after the teardown;
@@ -171,7 +174,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	apiDone := make(chan apiResult, 1)
 	go func() {
-		env, err := apiserver.Start(apiserver.Options{StartTimeout: opts.StartTimeout})
+		env, err := apiserver.Start(apiserver.Options{StartTimeout: opts.StartTimeout, AuditLog: opts.AuditLog})
 		apiDone <- apiResult{env, err}
 	}()
 	var apiCollected bool

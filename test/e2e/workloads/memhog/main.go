@@ -1,5 +1,5 @@
-// Command memhog allocates anonymous memory at a steady rate, touches every page so it is
-// resident (and charged to its memory cgroup), then holds it until stopped. It is the pressure
+// Command memhog allocates anonymous memory at a steady rate, every page resident (and
+// charged to its memory cgroup), then holds it until stopped. It is the pressure
 // source of the memory scenarios and of bench-ramp.
 //
 //	memhog -rate-mib=400 -target-mib=3000
@@ -70,13 +70,14 @@ func main() {
 			}
 			if grow := want - allocated; grow >= pageSize {
 				grow -= grow % pageSize
-				chunk, err := syscall.Mmap(-1, 0, int(grow), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+				// MAP_POPULATE faults every page in inside the kernel, several times faster
+				// than touching them from here: without it no ramp above ~500 MiB/s is
+				// reachable on a small VM.
+				chunk, err := syscall.Mmap(-1, 0, int(grow), syscall.PROT_READ|syscall.PROT_WRITE,
+					syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_POPULATE)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "memhog: mmap %d bytes at %dMiB: %v\n", grow, allocated/mib, err)
 					os.Exit(1)
-				}
-				for i := 0; i < len(chunk); i += pageSize {
-					chunk[i] = 1
 				}
 				chunks = append(chunks, chunk)
 				allocated += grow

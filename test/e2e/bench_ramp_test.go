@@ -1,0 +1,381 @@
+//go:build e2e && bench_ramp
+
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/test/e2e/cluster"
+)
+
+// The ramp benchmark (make bench-ramp): a hog pod ramps memory inside the kubepods cgroup
+// at several rates, with the kubelet's eviction and evictiond watching the same threshold on
+// the same node, and reports per rate who acted, how long after the crossing, and how many
+// pods went. It is a measurement run, not a pass/fail test: it fails only when the harness
+// itself cannot run an episode.
+
+// rampThreshold is the allocatableMemory.available threshold the kubelet and evictiond share.
+const rampThreshold = 500 << 20
+
+var rampRates = []int{100, 400, 1000, 4000}
+
+// rampSetup is one cluster configuration of the benchmark.
+type rampSetup struct {
+	name          string
+	kubeletMemcg  bool
+	evictiondMode string // "" (kubelet alone), "notifier" or "poll"
+}
+
+// rampResult is one episode's outcome.
+type rampResult struct {
+	setup            string
+	rateMiB          int
+	outcome          string        // "evicted by kubelet", "evicted by evictiond", "OOM-killed", ...
+	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"; -1 when it did not act
+	evictiondLatency time.Duration // crossing -> evictiond's eviction request; -1 when it did not act
+	evicted          int           // pods evicted in the episode, all actors
+	oomKills         int64
+	peakWorkingSet   int64
+	achievedMiBps    float64
+}
+
+func TestBenchRamp(t *testing.T) {
+	setups := []rampSetup{
+		{name: "kubelet memcg on, evictiond notifier", kubeletMemcg: true, evictiondMode: "notifier"},
+		{name: "kubelet memcg off, evictiond notifier", kubeletMemcg: false, evictiondMode: "notifier"},
+		{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"},
+	}
+	if only := os.Getenv("BENCH_RAMP_SETUPS"); only != "" {
+		// e.g. BENCH_RAMP_SETUPS=kubelet-only to measure the kubelet without evictiond.
+		setups = nil
+		for _, name := range strings.Split(only, ",") {
+			switch name {
+			case "kubelet-only":
+				setups = append(setups, rampSetup{name: "kubelet alone, memcg on", kubeletMemcg: true},
+					rampSetup{name: "kubelet alone, memcg off", kubeletMemcg: false})
+			default:
+				t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: kubelet-only)", only, name)
+			}
+		}
+	}
+	var results []rampResult
+	for _, setup := range setups {
+		t.Run(setup.name, func(t *testing.T) {
+			results = append(results, runRampSetup(t, setup)...)
+		})
+	}
+	report := formatRampReport(results)
+	t.Log("\n" + report)
+	if out := os.Getenv("BENCH_RAMP_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+			t.Errorf("writing %s: %v", out, err)
+		}
+	}
+}
+
+func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
+	hard := map[string]string{}
+	for k, v := range cluster.DefaultKubeletEvictionHard {
+		hard[k] = v
+	}
+	hard["allocatableMemory.available"] = strconv.Itoa(rampThreshold>>20) + "Mi"
+	c := cluster.Start(t, cluster.Options{
+		KubeletEvictionHard:            hard,
+		KubeletKernelMemcgNotification: setup.kubeletMemcg,
+		AuditLog:                       true,
+	})
+	ctx := context.Background()
+	if setup.evictiondMode != "" {
+		if _, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode)}); err != nil {
+			t.Fatalf("deploying evictiond: %v", err)
+		}
+	}
+	var results []rampResult
+	for i, rate := range rampRates {
+		r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", i))
+		t.Logf("%s, %d MiB/s: %s; kubelet %s, evictiond %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s",
+			setup.name, rate, r.outcome, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps)
+		results = append(results, r)
+	}
+	return results
+}
+
+// rampEvictiondConfig is evictiond's configuration for the benchmark: the same hard
+// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll).
+func rampEvictiondConfig(mode string) string {
+	notifier := "notifier: {memcgThresholds: true, psi: {enabled: true}, pollInterval: 100ms}"
+	if mode == "poll" {
+		notifier = "notifier: {memcgThresholds: false, memoryEvents: false, psi: {enabled: false}, pollInterval: 100ms}"
+	}
+	return fmt.Sprintf(`apiVersion: evictiond.io/v1alpha1
+kind: EvictionConfiguration
+evictionHard:
+  memory.available: 100Mi
+  allocatableMemory.available: %dMi
+evictionPressureTransitionPeriod: 30s
+loop: {interval: 1s, podCleanupTimeout: 30s}
+%s
+eviction:
+  rateLimits: {maxPerPass: 1, perMinute: 30, burst: 5, cooldown: 1s}
+`, rampThreshold>>20, notifier)
+}
+
+func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int, ns string) rampResult {
+	ctx := context.Background()
+	createNamespace(t, c.Client, ns)
+	res := rampResult{setup: setup.name, rateMiB: rate, kubeletLatency: -1, evictiondLatency: -1}
+
+	bystanders := []*corev1.Pod{
+		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
+		podOnNode(ns, "burstable-a", workloadContainer("memhog", []string{"-rate-mib=64", "-target-mib=64"}, resources("memory", "128Mi"), nil)),
+		podOnNode(ns, "burstable-b", workloadContainer("memhog", []string{"-rate-mib=64", "-target-mib=64"}, resources("memory", "128Mi"), nil)),
+	}
+	for _, p := range bystanders {
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+	}
+	for _, p := range bystanders {
+		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
+	}
+	waitPodsMemoryCalm(t, 2*rampThreshold, 2*time.Minute)
+
+	before, err := cluster.ReadPodsMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampler := startSampler(rampThreshold)
+	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=" + strconv.Itoa(rate)}, resources("memory", "64Mi"), nil))
+	episodeStart := time.Now()
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod hog: %v", err)
+	}
+	last := waitHogDone(t, c, ns, 2*time.Minute)
+	// Let a second eviction, if either actor makes one on stale numbers, happen and be counted.
+	time.Sleep(5 * time.Second)
+	s := sampler.stop()
+
+	after, err := cluster.ReadPodsMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.oomKills = after.OOMKills - before.OOMKills
+	res.peakWorkingSet = s.peak
+	if !s.crossing.IsZero() && !s.rampStart.IsZero() {
+		res.achievedMiBps = float64(s.crossingWS-s.startWS) / float64(1<<20) / s.crossing.Sub(s.rampStart).Seconds()
+	}
+	if at, ok := kubeletEvictionTime(t, c.LogPath("kubelet"), episodeStart); ok && !s.crossing.IsZero() {
+		res.kubeletLatency = at.Sub(s.crossing)
+	}
+	if at, ok := auditEvictionTime(t, c.API.AuditLogPath, ns, episodeStart); ok && !s.crossing.IsZero() {
+		res.evictiondLatency = at.Sub(s.crossing)
+	}
+	events := evictionEvents(t, c, ns)
+	res.evicted = len(events)
+	var by []string
+	for _, e := range events {
+		by = append(by, e.Source.Component+":"+e.InvolvedObject.Name)
+	}
+	term := (*corev1.ContainerStateTerminated)(nil)
+	if last != nil {
+		term = terminatedState(last, "memhog")
+	}
+	switch {
+	case len(events) > 0:
+		res.outcome = "evicted (" + strings.Join(by, ", ") + ")"
+	case term != nil && term.Reason == "OOMKilled":
+		res.outcome = "OOM-killed"
+	case res.oomKills > 0:
+		res.outcome = fmt.Sprintf("OOM kill in kubepods (%d)", res.oomKills)
+	default:
+		res.outcome = "other: " + describeStatus(last)
+	}
+	if res.oomKills > 0 && len(events) > 0 {
+		res.outcome += fmt.Sprintf(" + %d OOM kill(s)", res.oomKills)
+	}
+
+	grace := int64(0)
+	_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
+	return res
+}
+
+// waitHogDone waits until the hog pod is gone (evicted through the API) or finished
+// (OOM-killed, or evicted by the kubelet), and returns its last seen state.
+func waitHogDone(t *testing.T, c *cluster.Cluster, ns string, timeout time.Duration) *corev1.Pod {
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		last = pod
+		return podFinished(pod) || pod.DeletionTimestamp != nil && terminatedState(pod, "memhog") != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("hog in %s neither evicted nor killed after %s: %s", ns, timeout, describeStatus(last))
+	}
+	return last
+}
+
+// waitPodsMemoryCalm waits until kubepods has at least free bytes available, so an episode
+// starts from the same place whatever the previous one left (dying pods, page cache).
+func waitPodsMemoryCalm(t *testing.T, free int64, timeout time.Duration) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		m, err := cluster.ReadPodsMemory()
+		return err == nil && m.Available() >= free, nil
+	})
+	if err != nil {
+		m, _ := cluster.ReadPodsMemory()
+		t.Fatalf("kubepods did not calm down: %d MiB available, want %d MiB", m.Available()>>20, free>>20)
+	}
+}
+
+// sampler reads kubepods memory every 2 ms and notes when allocatableMemory.available first
+// fell below the threshold.
+type sampler struct {
+	done    chan struct{}
+	result  chan samplerResult
+	thresh  int64
+	started time.Time
+}
+
+type samplerResult struct {
+	crossing, rampStart time.Time
+	crossingWS, startWS int64
+	peak                int64
+}
+
+func startSampler(threshold int64) *sampler {
+	s := &sampler{done: make(chan struct{}), result: make(chan samplerResult, 1), thresh: threshold, started: time.Now()}
+	go func() {
+		var r samplerResult
+		var base int64 = -1
+		ticker := time.NewTicker(2 * time.Millisecond)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-s.done:
+				s.result <- r
+				return
+			case <-ticker.C:
+			}
+			m, err := cluster.ReadPodsMemory()
+			if err != nil {
+				continue
+			}
+			if base < 0 {
+				base = m.WorkingSet
+			}
+			// The ramp starts when the working set has grown 32 MiB above the baseline.
+			if r.rampStart.IsZero() && m.WorkingSet > base+32<<20 {
+				r.rampStart, r.startWS = m.At, m.WorkingSet
+			}
+			if r.crossing.IsZero() && m.Available() < s.thresh {
+				r.crossing, r.crossingWS = m.At, m.WorkingSet
+			}
+			r.peak = max(r.peak, m.WorkingSet)
+		}
+	}()
+	return s
+}
+
+func (s *sampler) stop() samplerResult {
+	close(s.done)
+	return <-s.result
+}
+
+// klogHeader matches a klog line's header: severity, MMDD, time.
+var klogHeader = regexp.MustCompile(`^[IWE](\d{4}) (\d{2}:\d{2}:\d{2}\.\d{6})`)
+
+// kubeletEvictionTime finds the kubelet's first "must evict pod(s)" decision after since.
+func kubeletEvictionTime(t *testing.T, logPath string, since time.Time) (time.Time, bool) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatalf("opening kubelet log: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "must evict pod(s) to reclaim") {
+			continue
+		}
+		m := klogHeader.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", since.Year(), m[1], m[2]), time.Local)
+		if err != nil {
+			continue
+		}
+		if at.After(since) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// auditEvictionTime finds the first eviction request for a pod in namespace after since,
+// from the API server's audit log.
+func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Time) (time.Time, bool) {
+	f, err := os.Open(auditPath)
+	if err != nil {
+		t.Fatalf("opening audit log: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
+	for sc.Scan() {
+		var ev struct {
+			Verb      string `json:"verb"`
+			ObjectRef struct {
+				Resource, Subresource, Namespace string
+			} `json:"objectRef"`
+			RequestReceived time.Time `json:"requestReceivedTimestamp"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		if ev.Verb == "create" && ev.ObjectRef.Resource == "pods" && ev.ObjectRef.Subresource == "eviction" &&
+			ev.ObjectRef.Namespace == namespace && ev.RequestReceived.After(since) {
+			return ev.RequestReceived, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func fmtLatency(d time.Duration) string {
+	if d < 0 {
+		return "did not act"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func formatRampReport(results []rampResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved) | outcome | kubelet: crossing → decision | evictiond: crossing → eviction request | pods evicted | OOM kills | peak working set MiB |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %d (%.0f) | %s | %s | %s | %d | %d | %d |\n", r.setup, r.rateMiB, r.achievedMiBps, r.outcome,
+			fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency), r.evicted, r.oomKills, r.peakWorkingSet>>20)
+	}
+	return b.String()
+}
