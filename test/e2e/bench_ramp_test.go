@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -159,7 +160,9 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 		t.Fatal(err)
 	}
 	sampler := startSampler(rampThreshold)
-	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=" + strconv.Itoa(rate)}, resources("memory", "64Mi"), nil))
+	// A CPU request: without one the hog gets cpu.shares=2 and, on a machine busy with other
+	// work, cannot reach the higher rates.
+	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=" + strconv.Itoa(rate)}, resources("cpu", "1", "memory", "64Mi"), nil))
 	episodeStart := time.Now()
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod hog: %v", err)
@@ -304,46 +307,55 @@ func (s *sampler) stop() samplerResult {
 // klogHeader matches a klog line's header: severity, MMDD, time.
 var klogHeader = regexp.MustCompile(`^[IWE](\d{4}) (\d{2}:\d{2}:\d{2}\.\d{6})`)
 
-// kubeletEvictionTime finds the kubelet's first "must evict pod(s)" decision after since.
+// kubeletEvictionTime finds the kubelet's first "must evict" decision after since.
 func kubeletEvictionTime(t *testing.T, logPath string, since time.Time) (time.Time, bool) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		t.Fatalf("opening kubelet log: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	var found time.Time
+	forEachLine(t, logPath, func(line string) bool {
 		if !strings.Contains(line, "must evict pod(s) to reclaim") {
-			continue
+			return true
 		}
 		m := klogHeader.FindStringSubmatch(line)
 		if m == nil {
-			continue
+			return true
 		}
 		at, err := time.ParseInLocation("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s %s", since.Year(), m[1], m[2]), time.Local)
-		if err != nil {
-			continue
+		if err != nil || !at.After(since) {
+			return true
 		}
-		if at.After(since) {
-			return at, true
+		found = at
+		return false
+	})
+	return found, !found.IsZero()
+}
+
+// forEachLine calls fn for each line of the file until it returns false. Lines have no
+// length limit (the kubelet logs whole pod specs on one line).
+func forEachLine(t *testing.T, path string, fn func(string) bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("opening %s: %v", path, err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadString('\n')
+		if len(line) > 0 && !fn(strings.TrimSuffix(line, "\n")) {
+			return
+		}
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("reading %s: %v", path, err)
+			}
+			return
 		}
 	}
-	return time.Time{}, false
 }
 
 // auditEvictionTime finds the first eviction request for a pod in namespace after since,
 // from the API server's audit log.
 func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Time) (time.Time, bool) {
-	f, err := os.Open(auditPath)
-	if err != nil {
-		t.Fatalf("opening audit log: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 4<<20), 4<<20)
-	for sc.Scan() {
+	var found time.Time
+	forEachLine(t, auditPath, func(line string) bool {
 		var ev struct {
 			Verb      string `json:"verb"`
 			ObjectRef struct {
@@ -351,15 +363,17 @@ func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Tim
 			} `json:"objectRef"`
 			RequestReceived time.Time `json:"requestReceivedTimestamp"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			continue
+		if json.Unmarshal([]byte(line), &ev) != nil {
+			return true
 		}
 		if ev.Verb == "create" && ev.ObjectRef.Resource == "pods" && ev.ObjectRef.Subresource == "eviction" &&
 			ev.ObjectRef.Namespace == namespace && ev.RequestReceived.After(since) {
-			return ev.RequestReceived, true
+			found = ev.RequestReceived
+			return false
 		}
-	}
-	return time.Time{}, false
+		return true
+	})
+	return found, !found.IsZero()
 }
 
 func fmtLatency(d time.Duration) string {

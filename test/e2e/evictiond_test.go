@@ -42,58 +42,30 @@ func TestEvictiond(t *testing.T) {
 // before the kernel OOM-kills anything and before the kubelet's backstop acts; a Guaranteed
 // pod and a Burstable pod within its request keep running; exactly one pod is evicted.
 func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
-	const ns = "e2e-memory"
-	createNamespace(t, c.Client, ns)
-	ctx := context.Background()
-
-	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
-		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
-	}
-	for _, p := range bystanders {
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating pod %s: %v", p.Name, err)
-		}
-	}
-	for _, p := range bystanders {
-		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
-	}
-	oomKillsBefore := machineOOMKills(t)
-
-	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=200"}, resources("memory", "64Mi"), nil))
-	created, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating pod hog: %v", err)
-	}
 	// 200 MiB/s reaches evictiond's threshold (500Mi below the 3 GiB limit) in about 13 s,
 	// and the limit itself 2.5 s later: evictiond has those 2.5 s.
-	last := waitPodGone(t, c, ns, "hog", created.UID, 2*time.Minute)
-	if term := terminatedState(last, "memhog"); term != nil && term.Reason == "OOMKilled" {
-		t.Errorf("hog was OOM-killed, not evicted: %s", describeStatus(last))
+	e := &memoryEpisode{Namespace: "e2e-memory", HogRateMiB: 200}
+	e.run(t, c, nil)
+	if term := terminatedState(e.HogLast, "memhog"); term != nil && term.Reason == "OOMKilled" {
+		t.Errorf("hog was OOM-killed, not evicted: %s", describeStatus(e.HogLast))
 	}
-	if oomKills := machineOOMKills(t) - oomKillsBefore; oomKills != 0 {
-		t.Errorf("the kernel OOM-killed %d process(es) during the episode, want 0", oomKills)
+	if e.OOMKills != 0 {
+		t.Errorf("the kernel OOM-killed %d process(es) during the episode, want 0", e.OOMKills)
 	}
-
-	evicted := evictionEvents(t, c, ns)
-	if len(evicted) != 1 {
-		t.Fatalf("Evicted events in %s: %d, want exactly 1: %v", ns, len(evicted), evicted)
+	if len(e.Evicted) != 1 {
+		t.Fatalf("Evicted events in %s: %d, want exactly 1: %v", e.Namespace, len(e.Evicted), e.Evicted)
 	}
-	ev := evicted[0]
+	ev := e.Evicted[0]
 	if ev.InvolvedObject.Name != "hog" || ev.Source.Component != "evictiond" {
 		t.Errorf("Evicted event for %s from %q, want for hog from evictiond: %s", ev.InvolvedObject.Name, ev.Source.Component, ev.Message)
 	}
 	if !strings.Contains(ev.Message, "memory") {
 		t.Errorf("Evicted event message %q does not name the starved resource", ev.Message)
 	}
-	t.Logf("hog evicted: %s", ev.Message)
-	for _, p := range bystanders {
-		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("bystander %s: %v", p.Name, err)
-		}
+	t.Logf("hog evicted after %s, lowest kubepods available %d MiB: %s", e.HogLifetime.Round(time.Millisecond), e.MinAvailable>>20, ev.Message)
+	for _, got := range e.Bystanders {
 		if !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("bystander %s hurt: %s", p.Name, describeStatus(got))
+			t.Errorf("bystander %s hurt: %s", got.Name, describeStatus(got))
 		}
 	}
 }
