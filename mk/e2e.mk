@@ -2,7 +2,7 @@
 # (test/e2e/cluster): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # a private containerd with a CNI bridge; workload images built from test/e2e/workloads.
 # Needs root. Binaries come from hack/k8s-binaries.sh (cached by version, see apiserver.mk).
-E2E_DEB_PACKAGES := etcd-server containerd runc containernetworking-plugins busybox-static iproute2
+E2E_DEB_PACKAGES := etcd-server containerd runc containernetworking-plugins busybox-static iproute2 prometheus
 E2E_TIMEOUT      ?= 40m
 E2E_RUN          ?= .
 

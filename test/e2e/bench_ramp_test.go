@@ -188,11 +188,17 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 		res.evictiondLatency = at.Sub(s.crossing)
 	}
 	events := evictionEvents(t, c, ns)
-	res.evicted = len(events)
+	// One pod can carry several Evicted events (the kubelet records one per attempt): count pods.
 	var by []string
+	seen := map[string]bool{}
 	for _, e := range events {
-		by = append(by, e.Source.Component+":"+e.InvolvedObject.Name)
+		key := e.Source.Component + ":" + e.InvolvedObject.Name
+		if !seen[key] {
+			seen[key] = true
+			by = append(by, key)
+		}
 	}
+	res.evicted = len(by)
 	term := (*corev1.ContainerStateTerminated)(nil)
 	if last != nil {
 		term = terminatedState(last, "memhog")

@@ -4,6 +4,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,13 @@ func TestEvictiond(t *testing.T) {
 			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
 		}
 	})
+	prom := c.StartPrometheus(t)
+	createNamespace(t, c.Client, unevictableNamespace)
+
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
+	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c, prom) })
+	t.Run("NodeStatusUnderPressure", func(t *testing.T) { testNodeStatusUnderPressure(t, c) })
+	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
 }
 
 // testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond
@@ -121,4 +128,32 @@ func machineOOMKills(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return m.OOMKills
+}
+
+// testPrometheusSeesTheEviction is scenario 7: Debian's Prometheus discovers evictiond's pod
+// through Kubernetes service discovery and its prometheus.io annotations, scrapes it, and a
+// PromQL query sees scenario 1's eviction.
+func testPrometheusSeesTheEviction(t *testing.T, c *cluster.Cluster, prom *cluster.Prometheus) {
+	ctx := context.Background()
+	pod, err := c.EvictiondPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := []struct{ promql, what string }{
+		{fmt.Sprintf(`up{job="kubernetes-pods",namespace=%q,pod=%q} == 1`, cluster.EvictiondNamespace, pod.Name), "evictiond's pod discovered and scraped"},
+		{`sum(evictiond_evictions_total{signal="allocatableMemory.available",result="evicted"}) >= 1`, "scenario 1's eviction counted"},
+	}
+	for _, q := range queries {
+		var last []cluster.Sample
+		var lastErr error
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			last, lastErr = prom.Query(ctx, q.promql)
+			return lastErr == nil && len(last) > 0, nil
+		})
+		if err != nil {
+			t.Errorf("PromQL %s (%s): no result after 30s (last: %v, %v)\n--- prometheus ---\n%s", q.promql, q.what, last, lastErr, prom.LogTail(15))
+			continue
+		}
+		t.Logf("PromQL %s -> %v (%s)", q.promql, last[0].Value, q.what)
+	}
 }
