@@ -1,0 +1,14 @@
+# CRI tier: a private real containerd (Debian's 1.6) started by the tests themselves
+# (internal/testenv/containerd), images built locally (internal/testenv/images).
+CRI_PACKAGES := containerd runc busybox-static containernetworking-plugins
+
+.PHONY: cri-packages test-cri
+DEPS  += cri-packages
+TIERS += test-cri
+
+cri-packages:
+	./hack/install-deps.sh $(CRI_PACKAGES)
+
+# Needs root (mounts, runc). The testenv packages' own tests prove the environment itself.
+test-cri: cri-packages
+	$(GO) test -tags integration -count=1 ./internal/testenv/... ./internal/reclaim/...
