@@ -47,7 +47,7 @@ const (
 	// this long ago is never removed (it may be about to be used by a pod being started).
 	DefaultImageMinimumAge = 2 * time.Minute
 	// DefaultStateFile is where first-seen and last-used times of images are kept across restarts.
-	DefaultStateFile = "/var/lib/evictiond/image-state.json"
+	DefaultStateFile = "/var/lib/evictiond/images.json"
 	// DefaultNodeFsPath is the kubelet's root directory, whose filesystem is nodefs.
 	DefaultNodeFsPath = "/var/lib/kubelet"
 	// DefaultPodLogsDir is where the kubelet writes container logs, one directory per pod.
