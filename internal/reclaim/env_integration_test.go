@@ -24,7 +24,7 @@ import (
 // criEnv is a private containerd with its root on a tmpfs (so statfs counts only its bytes),
 // a host-like log tree, and a CRI client the test uses to play the kubelet.
 type criEnv struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	ctrd    *containerd.Containerd
 	rt      internalapi.RuntimeService
@@ -37,7 +37,10 @@ type criEnv struct {
 	busybox images.Built
 }
 
-func newCRIEnv(t *testing.T, rootBytes int64) *criEnv {
+// newCRIEnvB is newCRIEnv for benchmarks, with room for a few padded images.
+func newCRIEnvB(b *testing.B) *criEnv { return newCRIEnv(b, 512<<20) }
+
+func newCRIEnv(t testing.TB, rootBytes int64) *criEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -79,11 +82,11 @@ func newCRIEnv(t *testing.T, rootBytes int64) *criEnv {
 	return e
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()

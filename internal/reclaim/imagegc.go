@@ -129,6 +129,8 @@ func sandboxImage(ctx context.Context, rt internalapi.RuntimeService) string {
 // how often this runs: the daemon calls it periodically (every loop pass is fine; a listing
 // costs milliseconds), and image GC calls it first.
 func (r *Reclaimer) TrackImages(ctx context.Context) error {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
 	rt, is, err := r.connect()
 	if err != nil {
 		return err
@@ -259,7 +261,11 @@ func (r *Reclaimer) collectImages(ctx context.Context, rt internalapi.RuntimeSer
 		if r.opts.DryRun {
 			r.log.Info("image GC: would remove image", "image", id, "tags", c.img.RepoTags, "size", c.img.Size,
 				"lastUsed", c.record.LastUsed, "firstSeen", c.record.FirstSeen)
-			estimated += int64(c.img.Size)
+			// Image sizes are bytes; for an inode signal a dry run cannot estimate and lists
+			// every candidate.
+			if !fs.inodes {
+				estimated += int64(c.img.Size)
+			}
 			res.WouldRemove++
 			continue
 		}

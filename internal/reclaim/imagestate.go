@@ -14,6 +14,12 @@ import (
 // imageStateVersion is the state file's format version.
 const imageStateVersion = 1
 
+// lastUsedPersistGranularity: a last-used time that moved by less than this since the value
+// last marked for writing does not by itself cause a write. Tracking runs every loop pass;
+// writing (with fsync) every second to a disk under pressure would be wasteful, and a restart
+// losing under a minute of LRU precision is harmless (the kubelet's own tracking runs every 5m).
+const lastUsedPersistGranularity = time.Minute
+
 // imageRecord is what evictiond knows about one image that the runtime does not tell.
 type imageRecord struct {
 	// FirstSeen is when evictiond first listed the image (the kubelet's firstDetected).
@@ -34,13 +40,16 @@ type imageState struct {
 	path    string
 	records map[string]imageRecord // by image ID
 	dirty   bool
+	// savedLastUsed is each image's last-used time as last written, against which
+	// lastUsedPersistGranularity is measured.
+	savedLastUsed map[string]time.Time
 }
 
 // loadImageState reads the state file. A missing file is an empty state. A file that cannot be
 // decoded is moved aside (".corrupt") and replaced by an empty state: every image then counts as
 // first seen now, which the minimum age protects, so the safe side is kept.
 func loadImageState(path string, log *slog.Logger) (*imageState, error) {
-	st := &imageState{path: path, records: map[string]imageRecord{}}
+	st := &imageState{path: path, records: map[string]imageRecord{}, savedLastUsed: map[string]time.Time{}}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
@@ -63,6 +72,7 @@ func loadImageState(path string, log *slog.Logger) (*imageState, error) {
 	}
 	for id, rec := range file.Images {
 		st.records[id] = rec
+		st.savedLastUsed[id] = rec.LastUsed
 	}
 	return st, nil
 }
@@ -79,8 +89,10 @@ func (s *imageState) observe(present []string, inUse func(id string) bool, now t
 			s.dirty = true
 		}
 		if inUse(id) {
+			if now.Sub(s.savedLastUsed[id]) >= lastUsedPersistGranularity {
+				s.dirty = true
+			}
 			rec.LastUsed = now
-			s.dirty = true
 		}
 		s.records[id] = rec
 	}
@@ -124,6 +136,10 @@ func (s *imageState) save() error {
 		return fmt.Errorf("writing image state file: %w", err)
 	}
 	s.dirty = false
+	clear(s.savedLastUsed)
+	for id, rec := range s.records {
+		s.savedLastUsed[id] = rec.LastUsed
+	}
 	return nil
 }
 

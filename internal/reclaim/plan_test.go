@@ -421,3 +421,51 @@ func BenchmarkImagesInEvictionOrder(b *testing.B) {
 		r.imagesInEvictionOrder(imgs, used, pinned, t0.Add(time.Hour))
 	}
 }
+
+func TestResultEventMessage(t *testing.T) {
+	for _, tt := range []struct {
+		res  Result
+		want string
+	}{
+		{Result{Step: policy.ReclaimImageGC, Unit: "bytes", Filesystem: "/var/lib/containerd", Freed: 41 << 20, ItemsRemoved: 2},
+			"imageGC freed 41MiB on /var/lib/containerd (2 removed)"},
+		{Result{Step: policy.ReclaimPodLogs, Unit: "inodes", Filesystem: "/var/lib/kubelet", Freed: 120, ItemsRemoved: 3, Errors: []error{ErrLivePodsUnknown}},
+			"podLogs freed 120 inodes on /var/lib/kubelet (3 removed, 1 errors)"},
+		{Result{Step: policy.ReclaimContainerGC, Unit: "bytes", Filesystem: "/x", WouldRemove: 4},
+			"containerGC freed 0B on /x (0 removed, 4 would be removed: dry run)"},
+	} {
+		if got := tt.res.EventMessage(); got != tt.want {
+			t.Errorf("EventMessage() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestImageStateWritesLastUsedAtMostOncePerGranularity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	st, err := loadImageState(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	inUse := func(string) bool { return true }
+	st.observe([]string{"sha256:a"}, inUse, t0)
+	if !st.dirty {
+		t.Fatal("new image did not mark the state for writing")
+	}
+	if err := st.save(); err != nil {
+		t.Fatal(err)
+	}
+	for s := 1; s < 60; s++ {
+		st.observe([]string{"sha256:a"}, inUse, t0.Add(time.Duration(s)*time.Second))
+		if st.dirty {
+			t.Fatalf("last-used moved by %ds marked the state for writing", s)
+		}
+	}
+	st.observe([]string{"sha256:a"}, inUse, t0.Add(time.Minute))
+	if !st.dirty {
+		t.Fatal("last-used moved by a minute did not mark the state for writing")
+	}
+	if got := st.records["sha256:a"].LastUsed; !got.Equal(t0.Add(time.Minute)) {
+		t.Errorf("in-memory last-used = %v, want the latest observation", got)
+	}
+}

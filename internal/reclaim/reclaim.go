@@ -14,7 +14,7 @@
 // and after. A Reclaimer never decides on its own that a pod is gone: the set of live pod UIDs is
 // an input, and when it is unknown nothing that depends on it is removed.
 //
-// The Reclaimer is not safe for concurrent Run calls: evictiond's single decision goroutine owns it.
+// Run and TrackImages serialize on the Reclaimer; evictiond's single decision goroutine calls them.
 package reclaim
 
 import (
@@ -26,9 +26,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	criclient "k8s.io/cri-client/pkg"
@@ -209,6 +211,8 @@ type Reclaimer struct {
 	opts Options
 	log  *slog.Logger
 
+	runMu sync.Mutex // one step or tracking pass at a time: they share the image state
+
 	mu      sync.Mutex // guards the connections, created on first use
 	runtime internalapi.RuntimeService
 	images  internalapi.ImageManagerService
@@ -279,6 +283,8 @@ func (r *Reclaimer) connect() (internalapi.RuntimeService, internalapi.ImageMana
 // not run at all (runtime unreachable, filesystem not measurable, unknown step); failures of
 // single items are in Result.Errors and do not stop the step. Nothing in use is ever removed.
 func (r *Reclaimer) Run(ctx context.Context, req Request) (Result, error) {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
 	start := r.opts.Clock.Now()
 	res := Result{Step: req.Step, Signal: req.Signal}
 	defer func() { res.Duration = r.opts.Clock.Since(start) }()
@@ -325,4 +331,40 @@ func (r *Reclaimer) Run(ctx context.Context, req Request) (Result, error) {
 		return res, fmt.Errorf("reclaim %s: %w", req.Step, stepErr)
 	}
 	return res, nil
+}
+
+// Ready reports whether the runtime answers and says it is ready to run containers: for the
+// agent's /readyz.
+func (r *Reclaimer) Ready(ctx context.Context) error {
+	rt, _, err := r.connect()
+	if err != nil {
+		return err
+	}
+	st, err := rt.Status(ctx, false)
+	if err != nil {
+		return fmt.Errorf("CRI Status: %w", err)
+	}
+	for _, cond := range st.GetStatus().GetConditions() {
+		if cond.Type == runtimeapi.RuntimeReady && !cond.Status {
+			return fmt.Errorf("CRI runtime not ready: %s: %s", cond.Reason, cond.Message)
+		}
+	}
+	return nil
+}
+
+// EventMessage is a one-line summary for the Node Event, e.g.
+// "imageGC freed 41.5Mi on /var/lib/containerd/... (2 removed)".
+func (res Result) EventMessage() string {
+	amount := fmt.Sprintf("%d inodes", res.Freed)
+	if res.Unit != "inodes" {
+		amount = resource.NewQuantity(res.Freed, resource.BinarySI).String() + "B"
+	}
+	msg := fmt.Sprintf("%s freed %s on %s (%d removed", res.Step, amount, res.Filesystem, res.ItemsRemoved)
+	if res.WouldRemove > 0 {
+		msg += fmt.Sprintf(", %d would be removed: dry run", res.WouldRemove)
+	}
+	if len(res.Errors) > 0 {
+		msg += fmt.Sprintf(", %d errors", len(res.Errors))
+	}
+	return msg + ")"
 }

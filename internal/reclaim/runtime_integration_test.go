@@ -1,0 +1,76 @@
+//go:build integration
+
+package reclaim
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+func TestReadyFollowsTheRuntime(t *testing.T) {
+	e := newCRIEnv(t, 64<<20)
+	r := e.newReclaimer(func(o *Options) { o.CallTimeout = 5 * time.Second })
+	if err := r.Ready(e.ctx); err != nil {
+		t.Fatalf("Ready with containerd up: %v", err)
+	}
+	e.ctrd.Kill()
+	if err := r.Ready(e.ctx); err == nil {
+		t.Fatal("Ready with containerd gone: no error")
+	}
+}
+
+// The test containerd keeps its root on a tmpfs while "nodefs" is a directory on the machine's
+// disk: a dedicated imagefs, with writable layers on it too (containerd 1.6 reports no
+// separate container filesystem).
+func TestDetectLayoutSeesADedicatedImagefs(t *testing.T) {
+	e := newCRIEnv(t, 64<<20)
+	r := e.newReclaimer(nil)
+	layout, err := r.DetectLayout(e.ctx)
+	if err != nil {
+		t.Fatalf("DetectLayout: %v", err)
+	}
+	if want := (policy.FilesystemLayout{DedicatedImageFs: true}); layout != want {
+		t.Errorf("layout = %+v, want %+v", layout, want)
+	}
+}
+
+// BenchmarkTrackImages is the per-pass cost of keeping last-used times: listing 30 images and
+// 20 containers from a real containerd and updating the state file.
+func BenchmarkTrackImages(b *testing.B) {
+	e := newCRIEnvB(b)
+	for i := range 30 {
+		e.importPadded("example.test/bench-"+string(rune('a'+i%26))+string(rune('a'+i/26))+":v1", 4096)
+	}
+	p := e.runPod("bench", "uid-bench")
+	for i := range 20 {
+		e.runContainer(p, "c"+string(rune('a'+i)), 0, e.busybox.Ref, false)
+	}
+	r := e.newReclaimer(nil)
+	b.ResetTimer()
+	for b.Loop() {
+		if err := r.TrackImages(e.ctx); err != nil {
+			b.Fatal(err)
+		}
+		e.clock.Step(time.Second) // in-use images change last-used time: the file is rewritten
+	}
+}
+
+// BenchmarkImageGCRemoveOneImage is one image GC run that removes one 8 MiB image.
+func BenchmarkImageGCRemoveOneImage(b *testing.B) {
+	e := newCRIEnvB(b)
+	r := e.newReclaimer(func(o *Options) { o.ImageMinimumAge = -1; o.PinnedImages = []string{e.busybox.Ref} })
+	for b.Loop() {
+		b.StopTimer()
+		e.importPadded("example.test/victim:v1", padBytes)
+		b.StartTimer()
+		res, err := r.Run(e.ctx, Request{Step: policy.ReclaimImageGC, Need: 1, LivePods: sets.New[types.UID]()})
+		if err != nil || res.ItemsRemoved != 1 {
+			b.Fatalf("Run: %+v, %v", res, err)
+		}
+	}
+}
