@@ -74,3 +74,50 @@ func BenchmarkImageGCRemoveOneImage(b *testing.B) {
 		}
 	}
 }
+
+// A runtime that stops answering (frozen, socket still there) costs at most the call timeout,
+// removes nothing, and GC works again once it answers.
+func TestHungRuntimeTimesOutAndRemovesNothing(t *testing.T) {
+	e := newCRIEnv(t, 256<<20)
+	old := e.importPadded("example.test/old:v1", padBytes)
+	r := e.newReclaimer(func(o *Options) { o.CallTimeout = 2 * time.Second; o.PinnedImages = []string{e.busybox.Ref} })
+	if err := r.TrackImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(2 * time.Hour)
+
+	if err := e.ctrd.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			e.ctrd.Thaw()
+		}
+	}()
+	start := time.Now()
+	_, err := r.Run(e.ctx, Request{Step: policy.ReclaimImageGC, Need: padBytes, LivePods: sets.New[types.UID]()})
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("image GC against a frozen runtime: no error")
+	}
+	if took > 10*time.Second {
+		t.Errorf("image GC against a frozen runtime took %s, want about the 2s call timeout", took)
+	}
+	t.Logf("frozen runtime: error after %s: %v", took, err)
+
+	if err := e.ctrd.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	if !e.imageIDs()[old.ID] {
+		t.Fatal("image removed while the runtime was frozen")
+	}
+	res, err := r.Run(e.ctx, Request{Step: policy.ReclaimImageGC, Need: padBytes, LivePods: sets.New[types.UID]()})
+	if err != nil {
+		t.Fatalf("image GC after thaw: %v", err)
+	}
+	if res.ItemsRemoved != 1 || e.imageIDs()[old.ID] {
+		t.Errorf("after thaw: removed %d, old image present %v; want it removed", res.ItemsRemoved, e.imageIDs()[old.ID])
+	}
+}

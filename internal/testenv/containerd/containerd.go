@@ -272,6 +272,7 @@ func (c *Containerd) Kill() {
 	select {
 	case <-c.exited:
 	default:
+		_ = c.cmd.Process.Signal(syscall.SIGCONT) // a frozen containerd cannot handle SIGTERM
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.exited:
@@ -281,6 +282,23 @@ func (c *Containerd) Kill() {
 		}
 	}
 	c.cmd = nil
+}
+
+// Freeze stops the containerd process with SIGSTOP: its socket stays but nothing answers, the
+// way a runtime stuck on a loaded disk behaves. Thaw resumes it.
+func (c *Containerd) Freeze() error {
+	if c.cmd == nil {
+		return fmt.Errorf("containerd is not running")
+	}
+	return c.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Thaw resumes a frozen containerd with SIGCONT.
+func (c *Containerd) Thaw() error {
+	if c.cmd == nil {
+		return fmt.Errorf("containerd is not running")
+	}
+	return c.cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // Restart starts containerd again on the same config, root and socket after Kill.
