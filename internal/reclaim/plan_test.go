@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -467,5 +469,18 @@ func TestImageStateWritesLastUsedAtMostOncePerGranularity(t *testing.T) {
 	}
 	if got := st.records["sha256:a"].LastUsed; !got.Equal(t0.Add(time.Minute)) {
 		t.Errorf("in-memory last-used = %v, want the latest observation", got)
+	}
+}
+
+func TestLivePodsFromPodsIncludesStaticPodUIDs(t *testing.T) {
+	regular := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "api-uid"}}
+	mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "mirror-uid",
+		Annotations: map[string]string{"kubernetes.io/config.mirror": "static-hash"}}}
+	live := LivePodsFromPods([]*v1.Pod{regular, mirror, nil})
+	if want := sets.New[types.UID]("api-uid", "mirror-uid", "static-hash"); !live.Equal(want) {
+		t.Errorf("live = %v, want %v", sets.List(live), sets.List(want))
+	}
+	if empty := LivePodsFromPods(nil); empty == nil || empty.Len() != 0 {
+		t.Errorf("no pods: got %v, want an empty, non-nil set (a known, empty node)", empty)
 	}
 }

@@ -160,8 +160,9 @@ func (o *Options) validate() error {
 }
 
 // LivePods is the set of UIDs of the pods bound to this node according to the API server, in
-// any phase. A nil LivePods means "unknown" (API unreachable, informer not synced): then no pod
-// is taken for gone. An empty, non-nil set means the node has no pods.
+// any phase, plus the runtime UIDs of static pods (LivePodsFromPods builds it). A nil LivePods
+// means "unknown" (API unreachable, informer not synced): then no pod is taken for gone. An
+// empty, non-nil set means the node has no pods.
 type LivePods = sets.Set[types.UID]
 
 // Request asks for one reclaim step.

@@ -1,0 +1,54 @@
+package reclaim_test
+
+import (
+	"context"
+	"log/slog"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/reclaim"
+)
+
+// How the daemon wires node-level reclaim: one Reclaimer for the agent's life, TrackImages on
+// every loop pass, and the steps of the starved signal in order until the need is met.
+func Example() {
+	ctx := context.Background()
+	r, err := reclaim.New(reclaim.Options{
+		RuntimeEndpoint: "unix:///run/containerd/containerd.sock",
+		HostRoot:        "/host",
+	})
+	if err != nil {
+		slog.Error("reclaim options", "err", err)
+		return
+	}
+	defer r.Close()
+
+	// Every loop pass: keep last-used times current (a few milliseconds).
+	_ = r.TrackImages(ctx)
+
+	// Under disk pressure: the plan's steps for this node's layout.
+	layout, err := r.DetectLayout(ctx)
+	if err != nil {
+		return
+	}
+	var podsOnNode []*v1.Pod // from the informer; nil when it is not synced
+	plan := policy.NodeReclaim{Signal: policy.SignalImageFsAvailable, Need: 2 << 30}
+	plan.Steps = reclaim.StepsFor(plan.Signal, layout)
+	need := plan.Need
+	for _, step := range plan.Steps {
+		req := reclaim.Request{Step: step, Signal: plan.Signal, Need: need}
+		if podsOnNode != nil {
+			req.LivePods = reclaim.LivePodsFromPods(podsOnNode)
+		}
+		res, err := r.Run(ctx, req)
+		if err != nil {
+			slog.Warn("reclaim step failed", "step", step, "err", err)
+			continue
+		}
+		slog.Info(res.EventMessage())
+		if need -= res.Freed; need <= 0 {
+			break
+		}
+	}
+}
