@@ -156,7 +156,7 @@ func (e *criEnv) runPod(name, uid string) *pod {
 			"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": p.namespace, labelPodUID: uid,
 		},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: "/evictiond-test/" + uid,
+			CgroupParent: e.ctrd.CgroupParent + "/" + uid,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
 			},
