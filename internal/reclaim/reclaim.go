@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,6 +219,11 @@ type Reclaimer struct {
 	mu      sync.Mutex // guards the connections, created on first use
 	runtime internalapi.RuntimeService
 	images  internalapi.ImageManagerService
+	// lastConnectErr and lastConnectAt hold back reconnection attempts for connectRetryInterval:
+	// cri-client leaves a gRPC connection behind on every failed attempt, and the loop would
+	// otherwise try every pass while the runtime is down.
+	lastConnectErr error
+	lastConnectAt  time.Time
 
 	state *imageState
 
@@ -262,6 +269,30 @@ func (r *Reclaimer) Close() error {
 func (r *Reclaimer) connect() (internalapi.RuntimeService, internalapi.ImageManagerService, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.runtime != nil && r.images != nil {
+		return r.runtime, r.images, nil
+	}
+	if r.lastConnectErr != nil && time.Since(r.lastConnectAt) < connectRetryInterval {
+		return nil, nil, fmt.Errorf("%w (next attempt within %s)", r.lastConnectErr, connectRetryInterval)
+	}
+	r.lastConnectAt = time.Now()
+	rs, is, err := r.dial()
+	r.lastConnectErr = err
+	return rs, is, err
+}
+
+// connectRetryInterval is the least time between two connection attempts to the runtime.
+const connectRetryInterval = 5 * time.Second
+
+func (r *Reclaimer) dial() (internalapi.RuntimeService, internalapi.ImageManagerService, error) {
+	for _, ep := range []string{r.opts.RuntimeEndpoint, r.opts.ImageEndpoint} {
+		// A missing socket fails at once, without leaving a connection behind.
+		if sock, ok := strings.CutPrefix(ep, "unix://"); ok {
+			if _, err := os.Stat(sock); err != nil {
+				return nil, nil, fmt.Errorf("connecting to CRI endpoint %s: %w", ep, err)
+			}
+		}
+	}
 	logger := logr.FromSlogHandler(r.log.Handler())
 	if r.runtime == nil {
 		rs, err := criclient.NewRemoteRuntimeService(r.opts.RuntimeEndpoint, r.opts.CallTimeout, nil, &logger)
@@ -283,11 +314,11 @@ func (r *Reclaimer) connect() (internalapi.RuntimeService, internalapi.ImageMana
 // Run runs one reclaim step and measures what it freed. The error is for a step that could
 // not run at all (runtime unreachable, filesystem not measurable, unknown step); failures of
 // single items are in Result.Errors and do not stop the step. Nothing in use is ever removed.
-func (r *Reclaimer) Run(ctx context.Context, req Request) (Result, error) {
+func (r *Reclaimer) Run(ctx context.Context, req Request) (res Result, err error) {
 	r.runMu.Lock()
 	defer r.runMu.Unlock()
 	start := r.opts.Clock.Now()
-	res := Result{Step: req.Step, Signal: req.Signal}
+	res = Result{Step: req.Step, Signal: req.Signal}
 	defer func() { res.Duration = r.opts.Clock.Since(start) }()
 
 	switch req.Step {

@@ -121,3 +121,30 @@ func TestHungRuntimeTimesOutAndRemovesNothing(t *testing.T) {
 		t.Errorf("after thaw: removed %d, old image present %v; want it removed", res.ItemsRemoved, e.imageIDs()[old.ID])
 	}
 }
+
+// An agent that starts while the runtime is down gets errors, not a crash, and connects once
+// the runtime is up.
+func TestReclaimerStartedBeforeTheRuntimeConnectsLater(t *testing.T) {
+	e := newCRIEnv(t, 64<<20)
+	e.ctrd.Kill()
+	r := e.newReclaimer(func(o *Options) { o.CallTimeout = 5 * time.Second })
+	if err := r.Ready(e.ctx); err == nil {
+		t.Fatal("Ready with no runtime: no error")
+	}
+	if _, err := r.Run(e.ctx, Request{Step: policy.ReclaimContainerGC, LivePods: sets.New[types.UID]()}); err == nil {
+		t.Fatal("container GC with no runtime: no error")
+	}
+
+	e.ctrd.Restart(t)
+	deadline := time.Now().Add(3 * connectRetryInterval)
+	for {
+		_, err := r.Run(e.ctx, Request{Step: policy.ReclaimContainerGC, LivePods: sets.New[types.UID]()})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing %s after the runtime came up: %v", 3*connectRetryInterval, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
