@@ -306,3 +306,35 @@ func TestRuntimeGoneIsAnErrorAndRemovesNothingThenRecovers(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+func TestImagesExplainsWhatImageGCWouldDo(t *testing.T) {
+	e := newCRIEnv(t, 256<<20)
+	used := e.importPadded("example.test/used:v1", 4096)
+	old := e.importPadded("example.test/old:v1", 4096)
+	p := e.runPod("user", "uid-user")
+	e.runContainer(p, "app", 0, used.Ref, false)
+	r := e.newReclaimer(nil)
+	if err := r.TrackImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(2 * time.Hour)
+	young := e.importPadded("example.test/young:v1", 4096)
+
+	infos, err := r.Images(e.ctx)
+	if err != nil {
+		t.Fatalf("Images: %v", err)
+	}
+	got := map[string]ImageInfo{}
+	for _, info := range infos {
+		got[info.ID] = info
+	}
+	for id, want := range map[string]string{used.ID: KeptInUse, e.pause.ID: KeptPinned, young.ID: KeptYoung, old.ID: "", e.busybox.ID: ""} {
+		if got[id].KeptBecause != want {
+			t.Errorf("image %s kept because %q, want %q", id, got[id].KeptBecause, want)
+		}
+	}
+	// busybox and old were first seen together and never used: tie broken by ID.
+	if infos[0].EvictionOrder != 1 || infos[1].EvictionOrder != 2 || infos[2].EvictionOrder != 0 {
+		t.Errorf("eviction order not first in the list: %+v", infos)
+	}
+}
