@@ -338,3 +338,29 @@ func TestImagesExplainsWhatImageGCWouldDo(t *testing.T) {
 		t.Errorf("eviction order not first in the list: %+v", infos)
 	}
 }
+
+// For an inode signal, need and gain are counted in inodes (statfs free inodes).
+func TestImageGCForAnInodeSignalCountsInodes(t *testing.T) {
+	e := newCRIEnv(t, 256<<20)
+	for _, name := range []string{"a", "b", "c"} {
+		e.importPadded("example.test/inodes-"+name+":v1", 4096)
+	}
+	r := e.newReclaimer(func(o *Options) { o.PinnedImages = []string{e.busybox.Ref} })
+	if err := r.TrackImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(2 * time.Hour)
+	res, err := r.Run(e.ctx, Request{Step: policy.ReclaimImageGC, Signal: policy.SignalImageFsInodesFree,
+		Need: 1, LivePods: sets.New[types.UID]()})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Unit != "inodes" {
+		t.Errorf("Unit = %q, want inodes", res.Unit)
+	}
+	// One image's files, directories and content blobs are well over one inode: one removal meets the need.
+	if res.ItemsRemoved != 1 || res.Freed < 1 {
+		t.Errorf("removed %d images freeing %d inodes; want 1 image and at least 1 inode", res.ItemsRemoved, res.Freed)
+	}
+	t.Logf("one image freed %d inodes", res.Freed)
+}
