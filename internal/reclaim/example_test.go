@@ -10,8 +10,9 @@ import (
 	"github.com/evictiond/evictiond/internal/reclaim"
 )
 
-// How the daemon wires node-level reclaim: one Reclaimer for the agent's life, TrackImages on
-// every loop pass, and the steps of the starved signal in order until the need is met.
+// How the daemon wires node-level reclaim: one Reclaimer for the agent's life, the layout
+// handed to policy, TrackImages on every loop pass, and the steps of policy's plan in order
+// until the need is met.
 func Example() {
 	ctx := context.Background()
 	r, err := reclaim.New(reclaim.Options{
@@ -27,14 +28,17 @@ func Example() {
 	// Every loop pass: keep last-used times current (a few milliseconds).
 	_ = r.TrackImages(ctx)
 
-	// Under disk pressure: the plan's steps for this node's layout.
+	// Once at start (and again after an error): policy orders the steps by this layout.
 	layout, err := r.DetectLayout(ctx)
 	if err != nil {
 		return
 	}
+	_ = layout // handed to policy
+
+	// Under disk pressure, policy's plan for the starved signal, e.g. on a single filesystem:
+	plan := policy.NodeReclaim{Signal: policy.SignalImageFsAvailable, Need: 2 << 30,
+		Steps: []policy.ReclaimStep{policy.ReclaimContainerGC, policy.ReclaimPodLogs, policy.ReclaimImageGC}}
 	var podsOnNode []*v1.Pod // from the informer; nil when it is not synced
-	plan := policy.NodeReclaim{Signal: policy.SignalImageFsAvailable, Need: 2 << 30}
-	plan.Steps = reclaim.StepsFor(plan.Signal, layout)
 	need := plan.Need
 	for _, step := range plan.Steps {
 		req := reclaim.Request{Step: step, Signal: plan.Signal, Need: need}

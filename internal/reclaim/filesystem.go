@@ -127,6 +127,7 @@ func (r *Reclaimer) hostPath(p string) string {
 
 // DetectLayout reports how nodefs, imagefs and containerfs are split on this node, as the
 // kubelet decides it (device IDs of the kubelet's root dir and of the runtime's filesystems).
+// policy orders the reclaim steps of each disk signal by it.
 func (r *Reclaimer) DetectLayout(ctx context.Context) (policy.FilesystemLayout, error) {
 	_, is, err := r.connect()
 	if err != nil {
@@ -161,44 +162,4 @@ func deviceOf(path string) (uint64, error) {
 		return 0, fmt.Errorf("stat %s: %w", path, err)
 	}
 	return st.Dev, nil
-}
-
-// StepsFor is the reclaim order for a disk signal under a filesystem layout: the kubelet's
-// table (buildSignalToNodeReclaimFuncs), with one deliberate difference — where the kubelet
-// runs nothing for nodefs on a node with a dedicated imagefs (kubernetes/kubernetes#129616),
-// evictiond removes dead containers (their logs live on nodefs) and dead pods' logs. Pod log
-// cleanup runs for every nodefs signal, right after container GC, as the kubelet's container
-// GC does (evictPodLogsDirectories). Memory and PID signals have no node-level reclaim.
-func StepsFor(signal policy.Signal, layout policy.FilesystemLayout) []policy.ReclaimStep {
-	containerGC, imageGC, podLogs := policy.ReclaimContainerGC, policy.ReclaimImageGC, policy.ReclaimPodLogs
-	nodefs := signal == policy.SignalNodeFsAvailable || signal == policy.SignalNodeFsInodesFree
-	imagefs := signal == policy.SignalImageFsAvailable || signal == policy.SignalImageFsInodesFree
-	containerfs := signal == policy.SignalContainerFsAvailable || signal == policy.SignalContainerFsInodesFree
-	switch {
-	case !layout.DedicatedImageFs:
-		// One filesystem: every disk signal is about the same bytes.
-		switch {
-		case nodefs, containerfs:
-			return []policy.ReclaimStep{containerGC, podLogs, imageGC}
-		case imagefs:
-			return []policy.ReclaimStep{containerGC, imageGC}
-		}
-	case !layout.SplitContainerFs:
-		// Dedicated imagefs holding images and writable layers; logs on nodefs.
-		switch {
-		case nodefs:
-			return []policy.ReclaimStep{containerGC, podLogs}
-		case imagefs, containerfs:
-			return []policy.ReclaimStep{containerGC, imageGC}
-		}
-	default:
-		// Images alone on imagefs; writable layers and logs on nodefs (containerfs = nodefs).
-		switch {
-		case nodefs, containerfs:
-			return []policy.ReclaimStep{containerGC, podLogs}
-		case imagefs:
-			return []policy.ReclaimStep{imageGC}
-		}
-	}
-	return nil
 }

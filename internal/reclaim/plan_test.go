@@ -243,36 +243,6 @@ func TestPinnedMatcher(t *testing.T) {
 	}
 }
 
-func TestStepsForFollowsTheKubeletTableAndCoversNodefsOnDedicatedImagefs(t *testing.T) {
-	single := policy.FilesystemLayout{}
-	dedicated := policy.FilesystemLayout{DedicatedImageFs: true}
-	split := policy.FilesystemLayout{DedicatedImageFs: true, SplitContainerFs: true}
-	cg, ig, pl := policy.ReclaimContainerGC, policy.ReclaimImageGC, policy.ReclaimPodLogs
-	tests := []struct {
-		signal policy.Signal
-		layout policy.FilesystemLayout
-		want   []policy.ReclaimStep
-	}{
-		{policy.SignalNodeFsAvailable, single, []policy.ReclaimStep{cg, pl, ig}},
-		{policy.SignalNodeFsInodesFree, single, []policy.ReclaimStep{cg, pl, ig}},
-		{policy.SignalImageFsAvailable, single, []policy.ReclaimStep{cg, ig}},
-		{policy.SignalContainerFsAvailable, single, []policy.ReclaimStep{cg, pl, ig}},
-		{policy.SignalNodeFsAvailable, dedicated, []policy.ReclaimStep{cg, pl}},
-		{policy.SignalImageFsAvailable, dedicated, []policy.ReclaimStep{cg, ig}},
-		{policy.SignalContainerFsInodesFree, dedicated, []policy.ReclaimStep{cg, ig}},
-		{policy.SignalNodeFsAvailable, split, []policy.ReclaimStep{cg, pl}},
-		{policy.SignalContainerFsAvailable, split, []policy.ReclaimStep{cg, pl}},
-		{policy.SignalImageFsAvailable, split, []policy.ReclaimStep{ig}},
-		{policy.SignalMemoryAvailable, single, nil},
-		{policy.SignalPIDAvailable, split, nil},
-	}
-	for _, tt := range tests {
-		if got := StepsFor(tt.signal, tt.layout); !slices.Equal(got, tt.want) {
-			t.Errorf("StepsFor(%s, %+v) = %v, want %v", tt.signal, tt.layout, got, tt.want)
-		}
-	}
-}
-
 func TestPodUIDFromLogDir(t *testing.T) {
 	for name, want := range map[string]types.UID{
 		"kube-system_coredns-abc_0c7f8e2a-1111-2222-3333-444455556666": "0c7f8e2a-1111-2222-3333-444455556666",
