@@ -11,8 +11,8 @@ import (
 )
 
 // How the daemon wires node-level reclaim: one Reclaimer for the agent's life, the layout
-// handed to policy, TrackImages on every loop pass, and the steps of policy's plan in order
-// until the need is met.
+// handed to policy, the image tracker in the background, and the steps of policy's plan in
+// order until the need is met.
 func Example() {
 	ctx := context.Background()
 	r, err := reclaim.New(reclaim.Options{
@@ -25,8 +25,8 @@ func Example() {
 	}
 	defer r.Close()
 
-	// Every loop pass: keep last-used times current (a few milliseconds).
-	_ = r.TrackImages(ctx)
+	// Keep last-used times current, in its own goroutine (a few milliseconds every 10s).
+	go r.RunImageTracker(ctx, 0)
 
 	// Once at start (and again after an error): policy orders the steps by this layout.
 	layout, err := r.DetectLayout(ctx)

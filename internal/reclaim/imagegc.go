@@ -323,3 +323,35 @@ func isInUseError(err error) bool {
 	msg := strings.ToLower(err.Error())
 	return strings.Contains(msg, "in use") || strings.Contains(msg, "being used")
 }
+
+// DefaultTrackInterval is how often RunImageTracker records image use: the precision of
+// evictiond's LRU order. A pass costs a few milliseconds (see BenchmarkTrackImages).
+const DefaultTrackInterval = 10 * time.Second
+
+// RunImageTracker calls TrackImages every interval (DefaultTrackInterval when 0) until ctx
+// ends. The daemon runs it in its own goroutine; it serializes with Run. Failures are logged
+// when they start and when they end, not on every pass.
+func (r *Reclaimer) RunImageTracker(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = DefaultTrackInterval
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	failing := false
+	for {
+		err := r.TrackImages(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			r.log.Warn("image tracking failing; LRU order is not updated meanwhile", "err", err)
+			failing = true
+		case err == nil && failing:
+			r.log.Info("image tracking works again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

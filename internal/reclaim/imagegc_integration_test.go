@@ -364,3 +364,30 @@ func TestImageGCForAnInodeSignalCountsInodes(t *testing.T) {
 	}
 	t.Logf("one image freed %d inodes", res.Freed)
 }
+
+func TestRunImageTrackerRecordsUseWhileRunning(t *testing.T) {
+	e := newCRIEnv(t, 256<<20)
+	img := e.importPadded("example.test/tracked:v1", 4096)
+	r := e.newReclaimer(nil)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { r.RunImageTracker(ctx, 50*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	p := e.runPod("user", "uid-user")
+	e.runContainer(p, "app", 0, img.Ref, false)
+	// Read the state file, not r.Images (which tracks by itself): only the tracker writes it here.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var file imageStateFile
+		if data, err := os.ReadFile(e.stateF); err == nil && json.Unmarshal(data, &file) == nil {
+			if rec, ok := file.Images[img.ID]; ok && !rec.LastUsed.IsZero() {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state file has no last-used time for %s 10s after a container started using it", img.ID)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
