@@ -1,7 +1,7 @@
 # CRI tier: a private real containerd (Debian's 1.6) started by the tests themselves
 # (internal/testenv/containerd), images built locally (internal/testenv/images).
 CRI_PACKAGES := containerd runc busybox-static containernetworking-plugins
-CRI_PKGS     ?= ./internal/testenv/... ./internal/reclaim/...
+CRI_PKGS     ?= ./internal/testenv/containerd/... ./internal/testenv/images/... ./internal/reclaim/...
 
 .PHONY: cri-packages test-cri bench-cri
 DEPS  += cri-packages
