@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,6 +165,8 @@ func (r *Reclaimer) trackImages(ctx context.Context, rt internalapi.RuntimeServi
 type imageCandidate struct {
 	img    *runtimeapi.Image
 	record imageRecord
+	// lruKey is the last-used time, or first seen for a never-used image.
+	lruKey time.Time
 }
 
 // imagesInEvictionOrder returns the images that may be removed, least recently used first
@@ -185,23 +187,21 @@ func (r *Reclaimer) imagesInEvictionOrder(imgs []*runtimeapi.Image, used imagesI
 				"firstSeen", rec.FirstSeen, "minimumAge", r.opts.ImageMinimumAge)
 			continue
 		}
-		out = append(out, imageCandidate{img: img, record: rec})
+		key := rec.LastUsed
+		if key.IsZero() {
+			key = rec.FirstSeen
+		}
+		out = append(out, imageCandidate{img: img, record: rec, lruKey: key})
 	}
-	lastUsed := func(c imageCandidate) time.Time {
-		if c.record.LastUsed.IsZero() {
-			return c.record.FirstSeen
+	// The ID tie-break makes the order total, so an unstable sort gives one answer.
+	slices.SortFunc(out, func(a, b imageCandidate) int {
+		if c := a.lruKey.Compare(b.lruKey); c != 0 {
+			return c
 		}
-		return c.record.LastUsed
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		li, lj := lastUsed(out[i]), lastUsed(out[j])
-		if !li.Equal(lj) {
-			return li.Before(lj)
+		if c := a.record.FirstSeen.Compare(b.record.FirstSeen); c != 0 {
+			return c
 		}
-		if !out[i].record.FirstSeen.Equal(out[j].record.FirstSeen) {
-			return out[i].record.FirstSeen.Before(out[j].record.FirstSeen)
-		}
-		return out[i].img.Id < out[j].img.Id
+		return strings.Compare(a.img.Id, b.img.Id)
 	})
 	return out
 }
