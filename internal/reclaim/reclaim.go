@@ -10,6 +10,9 @@
 //   - pod log cleanup (policy.ReclaimPodLogs): /var/log/pods directories of pods no longer on the
 //     node, and dangling /var/log/containers links.
 //
+// StopPod stops a pod through the CRI, for the eviction ladder's local stop when the API server
+// is unreachable; Ready answers /readyz; Images explains image GC's choices.
+//
 // Every step measures what it freed with statfs on the filesystem the signal concerns, before
 // and after. A Reclaimer never decides on its own that a pod is gone: the set of live pod UIDs is
 // an input, and when it is unknown nothing that depends on it is removed.

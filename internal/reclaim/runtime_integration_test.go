@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -146,5 +147,54 @@ func TestReclaimerStartedBeforeTheRuntimeConnectsLater(t *testing.T) {
 			t.Fatalf("still failing %s after the runtime came up: %v", 3*connectRetryInterval, err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestStopPodStopsItsContainersAndSandboxOnly(t *testing.T) {
+	e := newCRIEnv(t, 64<<20)
+	victim := e.runPod("victim", "uid-victim")
+	v1 := e.runContainer(victim, "app", 0, e.busybox.Ref, true, "/bin/sleep", "3600")
+	v2 := e.runContainer(victim, "side", 0, e.busybox.Ref, true, "/bin/sleep", "3600")
+	bystander := e.runPod("bystander", "uid-bystander")
+	b1 := e.runContainer(bystander, "app", 0, e.busybox.Ref, true, "/bin/sleep", "3600")
+
+	r := e.newReclaimer(nil)
+	n, err := r.StopPod(e.ctx, "uid-victim", time.Second)
+	if err != nil {
+		t.Fatalf("StopPod: %v", err)
+	}
+	if n != 2 {
+		t.Errorf("StopPod stopped %d containers, want 2", n)
+	}
+	state := func(id string) runtimeapi.ContainerState {
+		st, err := e.rt.ContainerStatus(e.ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetStatus().GetState()
+	}
+	for id, want := range map[string]runtimeapi.ContainerState{
+		v1: runtimeapi.ContainerState_CONTAINER_EXITED, v2: runtimeapi.ContainerState_CONTAINER_EXITED,
+		b1: runtimeapi.ContainerState_CONTAINER_RUNNING,
+	} {
+		if got := state(id); got != want {
+			t.Errorf("container %s state %s, want %s", id, got, want)
+		}
+	}
+	sbs, err := e.rt.ListPodSandbox(e.ctx, &runtimeapi.PodSandboxFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		want := runtimeapi.PodSandboxState_SANDBOX_READY
+		if sb.Id == victim.sandboxID {
+			want = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		}
+		if sb.State != want {
+			t.Errorf("sandbox %s (%s) state %s, want %s", sb.Id, sb.Metadata.Name, sb.State, want)
+		}
+	}
+	if _, err := r.StopPod(e.ctx, "uid-unknown", time.Second); err == nil {
+		t.Error("StopPod of a pod the runtime does not know: no error")
 	}
 }
