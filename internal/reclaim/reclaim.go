@@ -17,7 +17,8 @@
 // and after. A Reclaimer never decides on its own that a pod is gone: the set of live pod UIDs is
 // an input, and when it is unknown nothing that depends on it is removed.
 //
-// Run and TrackImages serialize on the Reclaimer; evictiond's single decision goroutine calls them.
+// Run, TrackImages, Images and StopPod serialize on the Reclaimer, so the image tracker may run
+// in its own goroutine beside the decision loop.
 package reclaim
 
 import (
