@@ -20,6 +20,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -54,10 +55,38 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		if err := waitForAdmissionPolicy(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		return m.Run()
 	}()
 	env.Stop()
 	os.Exit(code)
+}
+
+// waitForAdmissionPolicy waits until the API server enforces deploy/admission-policy.yaml
+// (its policy store loads asynchronously): a dry-run node patch with an agent token that
+// is bound to no node must be refused.
+func waitForAdmissionPolicy(ctx context.Context) error {
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "admission-probe"}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating probe node: %w", err)
+	}
+	cfg, err := env.ServiceAccountConfig(ctx, agentNamespace, agentServiceAccount, nil)
+	if err != nil {
+		return err
+	}
+	unbound := kubernetes.NewForConfigOrDie(cfg)
+	var lastErr error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, lastErr = unbound.CoreV1().Nodes().Patch(ctx, "admission-probe", types.MergePatchType,
+			[]byte(`{"spec":{"taints":[{"key":"evictiond.io/probe","effect":"NoSchedule"}]}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(lastErr) && strings.Contains(lastErr.Error(), "evictiond-own-node-only"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the admission policy to be enforced (last answer: %v): %w", lastErr, err)
+	}
+	return nil
 }
 
 func repoRoot() string {

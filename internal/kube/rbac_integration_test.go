@@ -22,7 +22,16 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 	ctx := context.Background()
 	agent := own.agent
 
-	taintPatch := func(node string, taints []corev1.Taint) error {
+	// taintPatch sets the node's taints to those it has (the admission plugin
+	// TaintNodesByCondition gave it node.kubernetes.io/not-ready) plus extra.
+	taintPatch := func(node string, extra []corev1.Taint) error {
+		var taints []corev1.Taint
+		for _, t := range getNode(t, node).Spec.Taints {
+			if !strings.HasPrefix(t.Key, TaintKeyPrefix) {
+				taints = append(taints, t)
+			}
+		}
+		taints = append(taints, extra...)
 		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": taints}})
 		_, err := agent.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
@@ -58,7 +67,15 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 	mustDeny("foreign taint on its own node", taintPatch(own.name, []corev1.Taint{{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule}}), "evictiond.io/ prefix")
 	mustAllow("evictiond taint on its own node", taintPatch(own.name, []corev1.Taint{{Key: TaintKeyDiskPressure, Effect: corev1.TaintEffectNoSchedule}}))
 	mustAllow("condition on its own node", conditionPatch(own.name))
-	mustAllow("remove its taint again", taintPatch(own.name, []corev1.Taint{}))
+	mustAllow("remove its taint again", taintPatch(own.name, nil))
+	mustDeny("remove a foreign taint from its own node", func() error {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": []corev1.Taint{}}})
+		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}(), "evictiond.io/ prefix")
+	if taints := getNode(t, own.name).Spec.Taints; len(taints) == 0 {
+		t.Fatal("test premise: the node should carry the not-ready taint TaintNodesByCondition adds")
+	}
 
 	ownPod := createPod(t, own.namespace, "local", own.name, nil, nil)
 	otherPod := createPod(t, other.namespace, "remote", other.name, nil, nil)

@@ -273,11 +273,12 @@ func DefaultBinDir() string {
 	return filepath.Join(cache, "k8s", K8sVersion, "bin")
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM), leaving etcd and the controller manager
+// StopAPIServer kills kube-apiserver (SIGKILL, like a crash: a graceful stop waits
+// for long-running requests and takes ~15 s), leaving etcd and the controller manager
 // running, so a test can observe a client's behaviour while the API is unreachable.
 func (e *Env) StopAPIServer() {
 	if e.apiserver != nil {
-		e.apiserver.stop(15 * time.Second)
+		e.apiserver.stop(0)
 	}
 }
 
