@@ -1,0 +1,240 @@
+// Package policy holds evictiond's pure decision logic: the configuration, the
+// eviction signals and thresholds, grace and transition state, node conditions,
+// node-level reclaim plans, pod ranking and victim choice.
+//
+// It follows the kubelet's eviction manager (pkg/kubelet/eviction) unless
+// evictiond's design says otherwise, and it does no I/O: observations, pods and
+// per-pod usage come in as plain values, time comes from an injected clock.
+package policy
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Signal names an eviction signal, as the kubelet spells it.
+type Signal string
+
+// The kubelet's signals.
+const (
+	SignalMemoryAvailable            Signal = "memory.available"
+	SignalAllocatableMemoryAvailable Signal = "allocatableMemory.available"
+	SignalNodeFsAvailable            Signal = "nodefs.available"
+	SignalNodeFsInodesFree           Signal = "nodefs.inodesFree"
+	SignalImageFsAvailable           Signal = "imagefs.available"
+	SignalImageFsInodesFree          Signal = "imagefs.inodesFree"
+	SignalContainerFsAvailable       Signal = "containerfs.available"
+	SignalContainerFsInodesFree      Signal = "containerfs.inodesFree"
+	SignalPIDAvailable               Signal = "pid.available"
+)
+
+// Pressure stall information signals, which the kubelet lacks. Their names are
+// <scope>.pressure.<some|full>.<avg10|avg60|avg300>: "memory" is the node
+// (/proc/pressure/memory), "allocatableMemory" the kubepods cgroup's
+// memory.pressure (cgroup v2 only). Their thresholds are stall percentages and
+// are met when the stall rises above them (operator ">"); see PSI below.
+const (
+	SignalMemoryPSISomeAvg10  Signal = "memory.pressure.some.avg10"
+	SignalMemoryPSISomeAvg60  Signal = "memory.pressure.some.avg60"
+	SignalMemoryPSISomeAvg300 Signal = "memory.pressure.some.avg300"
+	SignalMemoryPSIFullAvg10  Signal = "memory.pressure.full.avg10"
+	SignalMemoryPSIFullAvg60  Signal = "memory.pressure.full.avg60"
+	SignalMemoryPSIFullAvg300 Signal = "memory.pressure.full.avg300"
+
+	SignalAllocatableMemoryPSISomeAvg10  Signal = "allocatableMemory.pressure.some.avg10"
+	SignalAllocatableMemoryPSISomeAvg60  Signal = "allocatableMemory.pressure.some.avg60"
+	SignalAllocatableMemoryPSISomeAvg300 Signal = "allocatableMemory.pressure.some.avg300"
+	SignalAllocatableMemoryPSIFullAvg10  Signal = "allocatableMemory.pressure.full.avg10"
+	SignalAllocatableMemoryPSIFullAvg60  Signal = "allocatableMemory.pressure.full.avg60"
+	SignalAllocatableMemoryPSIFullAvg300 Signal = "allocatableMemory.pressure.full.avg300"
+)
+
+// PSIScale is the capacity of every PSI observation: stall percentages are
+// carried in hundredths of a percent, so 100% = 10000.
+//
+// A PSI observation is expressed like any other signal, as headroom:
+// Available = PSIScale - stall, Capacity = PSIScale. A threshold "40%" on a PSI
+// signal is therefore met when Available < 60%, i.e. when the stall exceeds
+// 40%, and the whole engine keeps the kubelet's single "<" operator.
+const PSIScale = 10000
+
+// Resource is what a signal says is starved, as the kubelet names it.
+type Resource string
+
+const (
+	ResourceMemory           Resource = "memory"
+	ResourceEphemeralStorage Resource = "ephemeral-storage"
+	ResourceInodes           Resource = "inodes"
+	ResourcePIDs             Resource = "pids"
+)
+
+// signalInfo is the registry entry of a signal (the kubelet's
+// signalToResource and signalToNodeCondition, in one table).
+type signalInfo struct {
+	resource  Resource
+	condition v1.NodeConditionType
+	psi       bool
+}
+
+var signals = map[Signal]signalInfo{
+	SignalMemoryAvailable:            {ResourceMemory, v1.NodeMemoryPressure, false},
+	SignalAllocatableMemoryAvailable: {ResourceMemory, v1.NodeMemoryPressure, false},
+	SignalNodeFsAvailable:            {ResourceEphemeralStorage, v1.NodeDiskPressure, false},
+	SignalNodeFsInodesFree:           {ResourceInodes, v1.NodeDiskPressure, false},
+	SignalImageFsAvailable:           {ResourceEphemeralStorage, v1.NodeDiskPressure, false},
+	SignalImageFsInodesFree:          {ResourceInodes, v1.NodeDiskPressure, false},
+	SignalContainerFsAvailable:       {ResourceEphemeralStorage, v1.NodeDiskPressure, false},
+	SignalContainerFsInodesFree:      {ResourceInodes, v1.NodeDiskPressure, false},
+	SignalPIDAvailable:               {ResourcePIDs, v1.NodePIDPressure, false},
+
+	SignalMemoryPSISomeAvg10:             {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalMemoryPSISomeAvg60:             {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalMemoryPSISomeAvg300:            {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalMemoryPSIFullAvg10:             {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalMemoryPSIFullAvg60:             {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalMemoryPSIFullAvg300:            {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSISomeAvg10:  {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSISomeAvg60:  {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSISomeAvg300: {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSIFullAvg10:  {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSIFullAvg60:  {ResourceMemory, v1.NodeMemoryPressure, true},
+	SignalAllocatableMemoryPSIFullAvg300: {ResourceMemory, v1.NodeMemoryPressure, true},
+}
+
+// Valid reports whether s is a signal evictiond knows.
+func (s Signal) Valid() bool { _, ok := signals[s]; return ok }
+
+// Resource is the resource the signal reports on.
+func (s Signal) Resource() Resource { return signals[s].resource }
+
+// Condition is the node condition the signal drives.
+func (s Signal) Condition() v1.NodeConditionType { return signals[s].condition }
+
+// IsPSI reports whether the signal is a pressure stall signal (operator ">").
+func (s Signal) IsPSI() bool { return signals[s].psi }
+
+// IsMemory reports whether the signal is about memory.
+func (s Signal) IsMemory() bool { return signals[s].resource == ResourceMemory }
+
+// Signals lists every known signal, kubelet signals first, in a fixed order.
+func Signals() []Signal {
+	out := []Signal{
+		SignalMemoryAvailable, SignalAllocatableMemoryAvailable,
+		SignalNodeFsAvailable, SignalNodeFsInodesFree,
+		SignalImageFsAvailable, SignalImageFsInodesFree,
+		SignalContainerFsAvailable, SignalContainerFsInodesFree,
+		SignalPIDAvailable,
+		SignalMemoryPSISomeAvg10, SignalMemoryPSISomeAvg60, SignalMemoryPSISomeAvg300,
+		SignalMemoryPSIFullAvg10, SignalMemoryPSIFullAvg60, SignalMemoryPSIFullAvg300,
+		SignalAllocatableMemoryPSISomeAvg10, SignalAllocatableMemoryPSISomeAvg60, SignalAllocatableMemoryPSISomeAvg300,
+		SignalAllocatableMemoryPSIFullAvg10, SignalAllocatableMemoryPSIFullAvg60, SignalAllocatableMemoryPSIFullAvg300,
+	}
+	return out
+}
+
+// Observation is one reading of a signal: available and capacity in the
+// signal's unit (bytes, inodes, PIDs, or PSIScale units for PSI signals) and the
+// time it was read. A signal that could not be read has no Observation at all;
+// nothing is ever guessed.
+type Observation struct {
+	Available int64
+	Capacity  int64
+	Time      time.Time
+}
+
+// Observations are the readings of one pass, by signal.
+type Observations map[Signal]Observation
+
+// ContainerStats is one container's usage. A nil field was not measured.
+type ContainerStats struct {
+	MemoryWorkingSet *int64
+	RootfsBytes      *int64 // writable layer
+	LogsBytes        *int64
+	RootfsInodes     *int64
+	LogsInodes       *int64
+}
+
+// VolumeStats is one pod volume's usage. A nil field was not measured.
+type VolumeStats struct {
+	UsedBytes  *int64
+	InodesUsed *int64
+}
+
+// PodStats is one pod's usage, used for ranking, messages and local-storage
+// limits. A nil field was not measured; the kubelet ranks pods whose stats are
+// missing first, and so does evictiond.
+type PodStats struct {
+	MemoryWorkingSet *int64
+	Processes        *int64
+	Containers       map[string]ContainerStats
+	Volumes          map[string]VolumeStats
+	// EphemeralStorageBytes is the pod's total local ephemeral storage use
+	// (writable layers, logs, local volumes). When nil it is derived from
+	// Containers and the pod's local volumes.
+	EphemeralStorageBytes *int64
+	Time                  time.Time
+}
+
+// PodStatsByUID is per-pod usage keyed by pod UID.
+type PodStatsByUID map[types.UID]PodStats
+
+// FilesystemLayout is how the node's filesystems are split (kubelet's
+// dedicatedImageFs / splitContainerImageFs).
+type FilesystemLayout struct {
+	// DedicatedImageFs: images live on a filesystem other than the kubelet's root dir.
+	DedicatedImageFs bool `json:"dedicatedImageFs"`
+	// SplitContainerFs: writable layers (containerfs) are on nodefs while images
+	// are on a dedicated imagefs (KEP-4191).
+	SplitContainerFs bool `json:"splitContainerFs"`
+}
+
+// ReclaimStep is one node-level reclaim action.
+type ReclaimStep string
+
+const (
+	ReclaimContainerGC ReclaimStep = "containerGC" // dead containers and sandboxes
+	ReclaimImageGC     ReclaimStep = "imageGC"     // unused images, LRU
+	ReclaimPodLogs     ReclaimStep = "podLogs"     // logs of pods no longer on the node
+)
+
+// NodeReclaim is the node-level reclaim plan for a starved disk signal.
+type NodeReclaim struct {
+	Signal Signal        `json:"signal"`
+	Steps  []ReclaimStep `json:"steps"`
+	// Need is how much (bytes, or inodes for inode signals) must be freed to
+	// bring the signal to threshold + minimum reclaim.
+	Need int64 `json:"need"`
+}
+
+// Candidate is a pod chosen for eviction, with everything needed to evict it
+// and to explain why.
+type Candidate struct {
+	Pod    *v1.Pod
+	Signal Signal
+	Hard   bool
+	// GracePeriodSeconds: 1 for hard thresholds and local-storage limit
+	// violations; min(evictionMaxPodGracePeriod, terminationGracePeriodSeconds)
+	// for soft ones.
+	GracePeriodSeconds int64
+	// Message is the kubelet-style eviction message.
+	Message string
+	// Annotations go on the Evicted Event, as the kubelet's do
+	// (offending_containers, offending_containers_usage, starved_resource).
+	Annotations map[string]string
+	// Reason says why this pod: its rank and the ranking keys that put it there.
+	Reason string
+	// ExpectedReclaim is what evicting the pod should free in the signal's unit
+	// (its working set for memory, its disk usage for disk signals, its
+	// processes for PIDs); credited while its termination is pending.
+	ExpectedReclaim int64
+	// LocalStorage is set for local-storage limit violations (emptyDir
+	// sizeLimit, pod or container ephemeral-storage limit).
+	LocalStorage bool
+}
+
+// Clock is the time source of the engine; tests and simulate inject a virtual one.
+type Clock interface {
+	Now() time.Time
+}
