@@ -3,7 +3,7 @@ module github.com/evictiond/evictiond
 go 1.26.8
 
 require (
-	github.com/fsnotify/fsnotify v1.10.1
+	github.com/fsnotify/fsnotify v1.9.0
 	golang.org/x/time v0.9.0
 	k8s.io/api v0.35.4
 	k8s.io/apimachinery v0.35.4
