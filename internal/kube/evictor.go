@@ -21,6 +21,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // EscalationAction is the hard-pressure step after every candidate tried through the
@@ -207,7 +209,7 @@ type Evictor struct {
 
 type pendingEviction struct {
 	pod             types.NamespacedName
-	signal          string
+	signal          policy.Signal
 	expectedReclaim int64
 	expires         time.Time
 }
@@ -417,7 +419,7 @@ func (e *Evictor) podGone(key types.NamespacedName, uid types.UID) bool {
 // PendingReclaim is the expected reclaim, for signal, of evicted pods that are not gone
 // yet: the loop adds it to what it observes so it never picks a second victim on numbers
 // that predate the first.
-func (e *Evictor) PendingReclaim(signal string) int64 {
+func (e *Evictor) PendingReclaim(signal policy.Signal) int64 {
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -556,6 +558,6 @@ func podKey(pod *corev1.Pod) types.NamespacedName {
 }
 
 func podAttrs(c Candidate) []any {
-	return []any{"pod", c.Pod.Namespace + "/" + c.Pod.Name, "uid", string(c.Pod.UID), "signal", c.Signal,
+	return []any{"pod", c.Pod.Namespace + "/" + c.Pod.Name, "uid", string(c.Pod.UID), "signal", string(c.Signal),
 		"hard", c.Hard, "gracePeriodSeconds", c.GracePeriodSeconds, "expectedReclaim", c.ExpectedReclaim, "reason", c.Reason}
 }

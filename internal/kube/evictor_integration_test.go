@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // newTestEvictor builds an Evictor acting as the agent on n, with the rate limits opened
@@ -81,10 +83,10 @@ func TestEvictUnprotectedPodCreditsReclaimUntilGone(t *testing.T) {
 	if got.DeletionTimestamp == nil || got.DeletionGracePeriodSeconds == nil || *got.DeletionGracePeriodSeconds != 30 {
 		t.Fatalf("pod after eviction: deletionTimestamp %v grace %v; want terminating with grace 30 s", got.DeletionTimestamp, got.DeletionGracePeriodSeconds)
 	}
-	if credit := ev.PendingReclaim("memory.available"); credit != 800<<20 {
+	if credit := ev.PendingReclaim(policy.SignalMemoryAvailable); credit != 800<<20 {
 		t.Fatalf("PendingReclaim while terminating = %d, want %d", credit, 800<<20)
 	}
-	if credit := ev.PendingReclaim("nodefs.available"); credit != 0 {
+	if credit := ev.PendingReclaim(policy.SignalNodeFsAvailable); credit != 0 {
 		t.Fatalf("PendingReclaim of another signal = %d, want 0", credit)
 	}
 	event := waitForEvent(t, n.namespace, "Pod", pod.Name, EventReasonEvicted)
@@ -95,7 +97,7 @@ func TestEvictUnprotectedPodCreditsReclaimUntilGone(t *testing.T) {
 
 	finishTerminatingPods(t, n.name)
 	waitFor(t, 10*time.Second, "credit released once the pod is gone", func() (bool, error) {
-		return ev.PendingReclaim("memory.available") == 0, nil
+		return ev.PendingReclaim(policy.SignalMemoryAvailable) == 0, nil
 	})
 
 	// With the deletion confirmed, Evict itself sees the victim gone.

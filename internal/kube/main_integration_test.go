@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 )
 
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		ctx := context.Background()
-		for _, manifest := range []string{"rbac.yaml", "admission-policy.yaml"} {
+		for _, manifest := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml"} {
 			if err := env.ApplyFile(ctx, filepath.Join(repoRoot(), "deploy", manifest)); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -214,7 +215,7 @@ func candidateFor(pod *corev1.Pod, hard bool) Candidate {
 		grace = 1
 	}
 	return Candidate{
-		Pod: pod, Signal: "memory.available", Hard: hard, GracePeriodSeconds: grace,
+		Pod: pod, Signal: policy.SignalMemoryAvailable, Hard: hard, GracePeriodSeconds: grace,
 		Message:         "The node was low on resource: memory. Threshold quantity: 500Mi, available: 300Mi. Container app was using 800Mi, request is 100Mi, has larger consumption of memory. ",
 		Annotations:     map[string]string{"offending_containers": "app", "offending_containers_usage": "800Mi", "starved_resource": "memory"},
 		Reason:          "exceeds memory request; priority 0",
