@@ -73,6 +73,25 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	}(), "evictiond.io/ prefix")
+	mustDeny("label its own node", func() error {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		return err
+	}(), "evictiond.io/ prefix on its node, nothing else")
+	mustDeny("cordon its own node", func() error {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+		return err
+	}(), "nothing else")
+	mustDeny("write the Ready condition of its own node", func() error {
+		now := metav1.Now()
+		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Test", LastHeartbeatTime: now, LastTransitionTime: now}}}})
+		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	}(), "only write the MemoryPressure, DiskPressure and PIDPressure")
+	mustDeny("change the capacity of its own node", func() error {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, own.name, types.StrategicMergePatchType, []byte(`{"status":{"capacity":{"pods":"1"}}}`), metav1.PatchOptions{}, "status")
+		return err
+	}(), "only write the MemoryPressure")
 	if taints := getNode(t, own.name).Spec.Taints; len(taints) == 0 {
 		t.Fatal("test premise: the node should carry the not-ready taint TaintNodesByCondition adds")
 	}
