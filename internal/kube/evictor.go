@@ -269,16 +269,21 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			res.Outcome = OutcomeNoCandidates
 			return res
 		}
-		if e.opts.DryRun {
-			log.Info("would evict pod", podAttrs(c)...)
-			res.Outcome, res.Victim = OutcomeDryRun, &c
-			return res
-		}
 		reservation := e.limiter.ReserveN(now, 1)
 		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
 			reservation.CancelAt(now)
 			res.Outcome = OutcomeRateLimited
 			log.Info("eviction held back by the token bucket", "qps", e.opts.RateLimit.QPS, "burst", e.opts.RateLimit.Burst)
+			return res
+		}
+		if e.opts.DryRun {
+			// Rate limits and cool-down apply in dry-run too, so its log shows the
+			// evictions a real run would make, at the pace it would make them.
+			log.Info("would evict pod", podAttrs(c)...)
+			e.mu.Lock()
+			e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
+			e.mu.Unlock()
+			res.Outcome, res.Victim = OutcomeDryRun, &c
 			return res
 		}
 		err := e.evictThroughAPI(ctx, c)

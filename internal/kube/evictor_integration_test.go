@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -247,6 +248,30 @@ func TestNotFoundEndsThePass(t *testing.T) {
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false), candidateFor(other, false)})
 	if res.Outcome != OutcomeGone || len(res.Attempts) != 1 {
 		t.Fatalf("outcome %s attempts %v: a vanished candidate must end the pass (its numbers are stale)", res.Outcome, outcomes(res))
+	}
+}
+
+func TestServerErrorEndsThePass(t *testing.T) {
+	n := newTestNode(t)
+	inf := n.startInformers(t, nil)
+	// A pod matched by two PDBs makes the Eviction API answer 500: a real server error.
+	doubly := createPod(t, n.namespace, "doubly-protected", n.name, map[string]string{"app": "one", "tier": "two"}, nil)
+	other := createPod(t, n.namespace, "bystander", n.name, nil, nil)
+	pdbFor(t, n.namespace, "one", 0)
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(n.namespace).Create(context.Background(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "second"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "two"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForPodInCache(t, inf, doubly, other)
+	ev := newTestEvictor(t, n, inf, nil)
+	res := ev.Evict(context.Background(), []Candidate{candidateFor(doubly, true), candidateFor(other, true)})
+	if res.Outcome != OutcomeAPIError || len(res.Attempts) != 1 || !apierrors.IsInternalError(res.Attempts[0].Err) {
+		t.Fatalf("outcome %s attempts %v err %v; want api_error after one 500", res.Outcome, outcomes(res), res.Err)
+	}
+	if got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), other.Name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
+		t.Fatalf("second candidate touched after a server error: %v", err)
 	}
 }
 
