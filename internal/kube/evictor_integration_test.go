@@ -27,7 +27,7 @@ func newTestEvictor(t *testing.T, n *testNode, inf *NodeInformers, mutate func(*
 	t.Cleanup(func() { stop(); cancel() })
 	opts := EvictorOptions{
 		NodeName:    n.name,
-		RateLimit:   RateLimitOptions{QPS: 100, Burst: 100, CoolDown: time.Nanosecond},
+		RateLimit:   RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Nanosecond, MaxPerPass: 100},
 		WaitForGone: 10 * time.Second,
 		Logger:      testLogger(t),
 	}
@@ -169,7 +169,7 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 			pdbFor(t, n.namespace, "all", 3)
 			waitForPodInCache(t, inf, a, b, c)
 			ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-				o.Escalation = EscalationOptions{Candidates: 2, AfterBlocked: tc.after}
+				o.Escalation = EscalationOptions{MaxCandidates: 2, AfterBlocked: tc.after}
 				o.WaitForGone = 100 * time.Millisecond
 			})
 
@@ -196,7 +196,7 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 			}
 			gotC, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), "c", metav1.GetOptions{})
 			if err != nil || gotC.DeletionTimestamp != nil {
-				t.Fatalf("candidate c beyond Escalation.Candidates was touched: %v %v", err, gotC.DeletionTimestamp)
+				t.Fatalf("candidate c beyond Escalation.MaxCandidates was touched: %v %v", err, gotC.DeletionTimestamp)
 			}
 		})
 	}
@@ -285,7 +285,7 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 	waitForPodInCache(t, inf, pods...)
 	finishTerminatingPods(t, n.name)
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.RateLimit = RateLimitOptions{QPS: 0.001, Burst: 2, CoolDown: time.Nanosecond}
+		o.RateLimit = RateLimitOptions{PerMinute: 0.01, Burst: 2, CoolDown: time.Nanosecond, MaxPerPass: 100}
 	})
 	ctx := context.Background()
 	for i, want := range []Outcome{OutcomeEvicted, OutcomeEvicted, OutcomeRateLimited} {
@@ -295,7 +295,7 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 	}
 
 	cool := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.RateLimit = RateLimitOptions{QPS: 100, Burst: 100, CoolDown: time.Hour}
+		o.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Hour, MaxPerPass: 100}
 	})
 	p4 := createPod(t, n.namespace, "p4", n.name, nil, nil)
 	p5 := createPod(t, n.namespace, "p5", n.name, nil, nil)
@@ -305,6 +305,31 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 	}
 	if res := cool.Evict(ctx, []Candidate{candidateFor(p5, false)}); res.Outcome != OutcomeCoolingDown {
 		t.Fatalf("eviction within cool-down: %s, want %s", res.Outcome, OutcomeCoolingDown)
+	}
+
+	// MaxPerPass: local-storage violations are exempt from the cool-down but not from
+	// the per-pass cap; StartPass opens the next pass.
+	perPass := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
+		o.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Hour, MaxPerPass: 1}
+	})
+	p6 := createPod(t, n.namespace, "p6", n.name, nil, nil)
+	p7 := createPod(t, n.namespace, "p7", n.name, nil, nil)
+	waitForPodInCache(t, inf, p6, p7)
+	local := func(p *corev1.Pod) []Candidate {
+		c := candidateFor(p, true)
+		c.LocalStorage = true
+		return []Candidate{c}
+	}
+	perPass.StartPass()
+	if res := perPass.Evict(ctx, local(p6)); res.Outcome != OutcomeEvicted {
+		t.Fatalf("first local-storage eviction: %s %v", res.Outcome, res.Err)
+	}
+	if res := perPass.Evict(ctx, local(p7)); res.Outcome != OutcomeRateLimited {
+		t.Fatalf("second eviction in a pass with MaxPerPass 1: %s, want %s", res.Outcome, OutcomeRateLimited)
+	}
+	perPass.StartPass()
+	if res := perPass.Evict(ctx, local(p7)); res.Outcome != OutcomeEvicted {
+		t.Fatalf("local-storage eviction in the next pass, within the cool-down: %s %v", res.Outcome, res.Err)
 	}
 }
 
@@ -346,8 +371,7 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 	waitForPodInCache(t, inf, pod)
 	stopper := &recordingStopper{}
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.LocalStopWhenUnreachable = true
-		o.LocalStopper = stopper
+		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: stopper, After: 3 * time.Second}
 		o.APITimeout = 2 * time.Second
 	})
 
@@ -362,9 +386,25 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 	if soft.Outcome != OutcomeAPIError || len(stopper.stopped) != 0 {
 		t.Fatalf("soft pressure with the API down: outcome %s, stopped %v; want api_error and no local stop", soft.Outcome, stopper.stopped)
 	}
-	hard := ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
-	if hard.Outcome != OutcomeStoppedLocally || len(stopper.stopped) != 1 || stopper.stopped[0] != pod.UID {
-		t.Fatalf("hard pressure with the API down: outcome %s (err %v), stopped %v", hard.Outcome, hard.Err, stopper.stopped)
+	// The loop passes every second; the local stop waits for LocalStop.After (3 s) of
+	// unreachability, counted from the first failed call.
+	downSince := time.Now()
+	var hard Result
+	for time.Since(downSince) < 10*time.Second {
+		hard = ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
+		if hard.Outcome == OutcomeStoppedLocally {
+			break
+		}
+		if hard.Outcome != OutcomeAPIError {
+			t.Fatalf("hard pressure with the API down: outcome %s (err %v)", hard.Outcome, hard.Err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if waited := time.Since(downSince); hard.Outcome != OutcomeStoppedLocally || waited < 3*time.Second {
+		t.Fatalf("local stop: outcome %s after %v; want stopped_locally after at least 3 s", hard.Outcome, waited)
+	}
+	if len(stopper.stopped) != 1 || stopper.stopped[0] != pod.UID {
+		t.Fatalf("stopped through the CRI: %v, want [%s]", stopper.stopped, pod.UID)
 	}
 	if reported, err := ev.ReportLocalStops(context.Background()); reported != 0 || err == nil || ev.PendingLocalStops() != 1 {
 		t.Fatalf("report while the API is down: reported %d err %v pending %d; want 0, an error, 1 queued", reported, err, ev.PendingLocalStops())

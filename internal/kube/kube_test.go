@@ -68,8 +68,9 @@ func TestEvictorOptionsDefaultsAndValidation(t *testing.T) {
 	if err := opts.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if opts.Escalation.Candidates != 3 || opts.Escalation.AfterBlocked != EscalateDelete || opts.RateLimit.MaxAttemptsPerPass != 5 ||
-		opts.RateLimit.QPS != 0.2 || opts.RateLimit.Burst != 3 || opts.RateLimit.CoolDown != 4*time.Second || opts.WaitForGone != 30*time.Second {
+	if opts.Escalation.MaxCandidates != 3 || opts.Escalation.AfterBlocked != EscalateDelete || opts.Escalation.SoftMaxCandidates != 5 ||
+		opts.RateLimit.MaxPerPass != 3 || opts.RateLimit.PerMinute != 10 || opts.RateLimit.Burst != 3 || opts.RateLimit.CoolDown != time.Second ||
+		opts.LocalStop.After != 10*time.Second || opts.WaitForGone != 30*time.Second {
 		t.Fatalf("defaults = %+v", opts)
 	}
 	for _, tc := range []struct {
@@ -79,7 +80,7 @@ func TestEvictorOptionsDefaultsAndValidation(t *testing.T) {
 		{func(o *EvictorOptions) { o.NodeName = "" }, "NodeName"},
 		{func(o *EvictorOptions) { o.Escalation.AfterBlocked = "Drain" }, `Escalation.AfterBlocked: value "Drain"`},
 		{func(o *EvictorOptions) { o.RateLimit.CoolDown = -time.Second }, "RateLimit.CoolDown: value -1s"},
-		{func(o *EvictorOptions) { o.LocalStopWhenUnreachable = true }, "LocalStopper"},
+		{func(o *EvictorOptions) { o.LocalStop.Enabled = true }, "LocalStop.Stopper"},
 	} {
 		o := EvictorOptions{NodeName: "n"}
 		o.setDefaults()
