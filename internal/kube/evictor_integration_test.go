@@ -20,7 +20,7 @@ import (
 
 // newTestEvictor builds an Evictor acting as the agent on n, with the rate limits opened
 // wide unless the test sets them.
-func newTestEvictor(t *testing.T, n *testNode, inf *NodeInformers, mutate func(*EvictorOptions)) *Evictor {
+func newTestEvictor(t testing.TB, n *testNode, inf *NodeInformers, mutate func(*EvictorOptions)) *Evictor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
@@ -41,7 +41,7 @@ func newTestEvictor(t *testing.T, n *testNode, inf *NodeInformers, mutate func(*
 	return ev
 }
 
-func waitForPodInCache(t *testing.T, inf *NodeInformers, pods ...*corev1.Pod) {
+func waitForPodInCache(t testing.TB, inf *NodeInformers, pods ...*corev1.Pod) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "pods in the informer cache", func() (bool, error) {
 		for _, p := range pods {

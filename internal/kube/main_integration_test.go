@@ -105,7 +105,7 @@ type testNode struct {
 	agentCfg  *rest.Config
 }
 
-func newTestNode(t *testing.T) *testNode {
+func newTestNode(t testing.TB) *testNode {
 	t.Helper()
 	ctx := context.Background()
 	nodeCounter++
@@ -136,7 +136,7 @@ func newTestNode(t *testing.T) *testNode {
 }
 
 // startInformers starts node-scoped informers on the agent's client.
-func (n *testNode) startInformers(t *testing.T, hook func(*NodeInformers)) *NodeInformers {
+func (n *testNode) startInformers(t testing.TB, hook func(*NodeInformers)) *NodeInformers {
 	t.Helper()
 	inf, err := NewNodeInformers(n.agent, n.name, 0)
 	if err != nil {
@@ -155,7 +155,7 @@ func (n *testNode) startInformers(t *testing.T, hook func(*NodeInformers)) *Node
 
 // createPod creates a pod bound to node and, for pods that are not the agent, reports it
 // Running and Ready (there is no kubelet in this tier), so PDBs count it as healthy.
-func createPod(t *testing.T, namespace, name, node string, labels map[string]string, mutate func(*corev1.Pod)) *corev1.Pod {
+func createPod(t testing.TB, namespace, name, node string, labels map[string]string, mutate func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -188,7 +188,7 @@ func createPod(t *testing.T, namespace, name, node string, labels map[string]str
 // finishTerminatingPods does the kubelet's last step for pods of node that are being
 // deleted: confirm the deletion (grace 0) once their containers would be stopped. The
 // end-to-end tier runs a real kubelet; this tier has none.
-func finishTerminatingPods(t *testing.T, node string) {
+func finishTerminatingPods(t testing.TB, node string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -225,7 +225,7 @@ func candidateFor(pod *corev1.Pod, hard bool) Candidate {
 
 // waitFor polls cond every 50 ms up to timeout and fails the test with what when it
 // never holds.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		return cond()
@@ -236,7 +236,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 }
 
 // eventsFor lists Events whose involved object has the given kind and name.
-func eventsFor(t *testing.T, namespace, kind, name string) []corev1.Event {
+func eventsFor(t testing.TB, namespace, kind, name string) []corev1.Event {
 	t.Helper()
 	list, err := env.Client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{
 		FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name,
@@ -247,7 +247,7 @@ func eventsFor(t *testing.T, namespace, kind, name string) []corev1.Event {
 	return list.Items
 }
 
-func waitForEvent(t *testing.T, namespace, kind, name, reason string) corev1.Event {
+func waitForEvent(t testing.TB, namespace, kind, name, reason string) corev1.Event {
 	t.Helper()
 	var found corev1.Event
 	waitFor(t, 15*time.Second, fmt.Sprintf("Event %s on %s %s/%s", reason, kind, namespace, name), func() (bool, error) {
@@ -264,7 +264,7 @@ func waitForEvent(t *testing.T, namespace, kind, name, reason string) corev1.Eve
 
 // pdbFor creates a PDB over pods labelled app=<app> and waits until the disruption
 // controller has computed its status.
-func pdbFor(t *testing.T, namespace, app string, minAvailable int) {
+func pdbFor(t testing.TB, namespace, app string, minAvailable int) {
 	t.Helper()
 	ctx := context.Background()
 	if err := createPDB(ctx, namespace, app, minAvailable); err != nil {
@@ -281,7 +281,7 @@ func pdbFor(t *testing.T, namespace, app string, minAvailable int) {
 
 // auditWrites counts the audit log's write requests (create, update, patch, delete) by
 // username since offset, and returns the new offset.
-func auditWrites(t *testing.T, username string, offset int64) (int, []string, int64) {
+func auditWrites(t testing.TB, username string, offset int64) (int, []string, int64) {
 	t.Helper()
 	data, err := os.ReadFile(env.AuditLogPath)
 	if err != nil {
@@ -319,10 +319,13 @@ func auditWrites(t *testing.T, username string, offset int64) (int, []string, in
 	return count, seen, int64(len(data))
 }
 
-// testLogger writes to stderr: goroutines of the code under test may still log briefly
-// after a test ends, which t.Log would turn into a panic.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("test", t.Name())
+// testLogger writes to stderr (goroutines of the code under test may still log briefly
+// after a test ends, which t.Log would turn into a panic), at Warn level unless
+// EVICTIOND_TEST_LOG=debug|info asks for more.
+func testLogger(t testing.TB) *slog.Logger {
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(os.Getenv("EVICTIOND_TEST_LOG")))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test", t.Name())
 }
 
 func isForbidden(err error) bool { return apierrors.IsForbidden(err) }

@@ -16,7 +16,7 @@ import (
 )
 
 // startNodeStatus runs a NodeStatus as the agent on n until the test ends.
-func startNodeStatus(t *testing.T, n *testNode, opts NodeStatusOptions) *NodeStatus {
+func startNodeStatus(t testing.TB, n *testNode, opts NodeStatusOptions) *NodeStatus {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, n.name)
@@ -38,7 +38,7 @@ func startNodeStatus(t *testing.T, n *testNode, opts NodeStatusOptions) *NodeSta
 	return status
 }
 
-func getNode(t *testing.T, name string) *corev1.Node {
+func getNode(t testing.TB, name string) *corev1.Node {
 	t.Helper()
 	node, err := env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -64,7 +64,7 @@ func hasTaint(node *corev1.Node, key string, effect corev1.TaintEffect) bool {
 }
 
 // writeConditionAsKubelet patches a condition the way the kubelet's status update does.
-func writeConditionAsKubelet(t *testing.T, node string, c corev1.NodeCondition) {
+func writeConditionAsKubelet(t testing.TB, node string, c corev1.NodeCondition) {
 	t.Helper()
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
 	if _, err := env.Client.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
