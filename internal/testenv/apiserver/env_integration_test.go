@@ -11,6 +11,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -85,5 +86,52 @@ func TestAPIServerRestartKeepsStateAndReachability(t *testing.T) {
 	}
 	if got.Data["k"] != "v" {
 		t.Errorf("data after restart = %v", got.Data)
+	}
+}
+
+func TestSchedulerOptionSchedulesPods(t *testing.T) {
+	withScheduler, err := Start(Options{Scheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer withScheduler.Stop()
+	ctx := context.Background()
+	client := withScheduler.Client
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "schedulable"},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = node.Status
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "to-schedule"},
+		Spec: corev1.PodSpec{
+			Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err == nil && got.Spec.NodeName == "schedulable" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod not scheduled within 30 s (nodeName %q, err %v); scheduler log:\n%s", got.Spec.NodeName, err, tail(withScheduler.LogPath("kube-scheduler"), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
