@@ -4,6 +4,8 @@ package kube
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -64,10 +66,12 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 		return status.Status.State
 	}
 
-	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: CRIPodStopper{Runtime: rt}, After: 2 * time.Second}
+	journal := filepath.Join(t.TempDir(), "local-stops.json")
+	withLocalStop := func(o *EvictorOptions) {
+		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: CRIPodStopper{Runtime: rt}, After: 2 * time.Second, JournalPath: journal}
 		o.APITimeout = 2 * time.Second
-	})
+	}
+	ev := newTestEvictor(t, n, inf, withLocalStop)
 	env.StopAPIServer()
 	restarted := false
 	t.Cleanup(func() {
@@ -98,12 +102,23 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 		t.Fatalf("second stop: %v", err)
 	}
 
+	// evictiond restarts before the API server is back: the stop is in its journal.
+	afterRestart := newTestEvictor(t, n, inf, withLocalStop)
+	if afterRestart.PendingLocalStops() != 1 {
+		t.Fatalf("local stops pending after a restart = %d, want 1 from the journal", afterRestart.PendingLocalStops())
+	}
 	if err := env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true
-	if reported, err := ev.ReportLocalStops(ctx); reported != 1 || err != nil {
+	if reported, err := afterRestart.ReportLocalStops(ctx); reported != 1 || err != nil {
 		t.Fatalf("ReportLocalStops = %d, %v", reported, err)
 	}
-	waitForEvent(t, n.namespace, "Pod", hog.Name, EventReasonStoppedLocally)
+	event := waitForEvent(t, n.namespace, "Pod", hog.Name, EventReasonStoppedLocally)
+	if event.InvolvedObject.UID != hog.UID || event.Annotations["starved_resource"] != "memory" {
+		t.Fatalf("PodStoppedLocally event = %+v", event)
+	}
+	if _, err := os.Stat(journal); !os.IsNotExist(err) {
+		t.Fatalf("journal still present after reporting: %v", err)
+	}
 }

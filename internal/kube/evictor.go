@@ -85,6 +85,10 @@ type LocalStopOptions struct {
 	After time.Duration
 	// Stopper is the CRI client; required when Enabled.
 	Stopper LocalPodStopper
+	// JournalPath keeps unreported local stops in a file, so they are still reported
+	// after evictiond restarts. Default "" (memory only); the DaemonSet's state
+	// directory (/var/lib/evictiond/local-stops.json) is the place for it.
+	JournalPath string
 }
 
 // EvictorOptions configures an Evictor. Zero values take the documented defaults.
@@ -249,14 +253,33 @@ func NewEvictor(client kubernetes.Interface, pods corelisters.PodLister, recorde
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Evictor{
+	e := &Evictor{
 		client:   client,
 		pods:     pods,
 		recorder: recorder,
 		opts:     opts,
 		limiter:  rate.NewLimiter(rate.Limit(opts.RateLimit.PerMinute/60), opts.RateLimit.Burst),
 		pending:  map[types.UID]pendingEviction{},
-	}, nil
+	}
+	if opts.LocalStop.JournalPath != "" {
+		stops, err := loadLocalStops(opts.LocalStop.JournalPath)
+		if err != nil {
+			return nil, err
+		}
+		e.localStops = stops
+	}
+	return e, nil
+}
+
+// persistLocalStopsLocked writes the journal, if configured; e.mu must be held. A
+// failure is logged: the stop itself happened and stays reported from memory.
+func (e *Evictor) persistLocalStopsLocked() {
+	if e.opts.LocalStop.JournalPath == "" {
+		return
+	}
+	if err := saveLocalStops(e.opts.LocalStop.JournalPath, e.localStops); err != nil {
+		e.opts.Logger.Error("local-stop journal not saved", "path", e.opts.LocalStop.JournalPath, "err", err)
+	}
 }
 
 // Evict tries candidates (ranked, most evictable first, all for the same pressure) until
@@ -533,6 +556,7 @@ func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res Result) Resu
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	e.localStops = append(e.localStops, localStop{candidate: c, at: now})
+	e.persistLocalStopsLocked()
 	e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
 	e.evictedThisPass++
 	e.mu.Unlock()
@@ -583,6 +607,7 @@ func (e *Evictor) ReportLocalStops(ctx context.Context) (int, error) {
 	}
 	e.mu.Lock()
 	e.localStops = append(failed, e.localStops...)
+	e.persistLocalStopsLocked()
 	e.mu.Unlock()
 	return len(stops) - len(failed), firstErr
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -17,6 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 func TestClassifyTellsPDBRefusalFromThrottling(t *testing.T) {
@@ -176,5 +180,51 @@ func TestNewerResourceVersion(t *testing.T) {
 		if got := newerResourceVersion(tc.a, tc.b); got != tc.want {
 			t.Errorf("newerResourceVersion(%q, %q) = %v", tc.a, tc.b, got)
 		}
+	}
+}
+
+func TestLocalStopJournalSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "local-stops.json")
+	opts := EvictorOptions{NodeName: "n", LocalStop: LocalStopOptions{JournalPath: path}}
+	ev, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.PendingLocalStops() != 0 {
+		t.Fatal("fresh evictor without a journal file has pending stops")
+	}
+	at := time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hog", UID: "uid-1"}}
+	stops := []localStop{{at: at, candidate: Candidate{Pod: pod, Signal: policy.SignalMemoryAvailable, Hard: true,
+		GracePeriodSeconds: 1, Message: "The node was low on resource: memory. ", Annotations: map[string]string{"starved_resource": "memory"}}}}
+	if err := saveLocalStops(path, stops); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restarted.PendingLocalStops() != 1 {
+		t.Fatalf("pending after restart = %d, want 1", restarted.PendingLocalStops())
+	}
+	got := restarted.localStops[0]
+	if got.candidate.Pod.UID != "uid-1" || got.candidate.Pod.Name != "hog" || !got.at.Equal(at) ||
+		got.candidate.Annotations["starved_resource"] != "memory" || got.candidate.Signal != policy.SignalMemoryAvailable {
+		t.Fatalf("reloaded stop = %+v", got)
+	}
+
+	if err := saveLocalStops(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("journal with no stops still exists: %v", err)
+	}
+
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("corrupt journal: err = %v, want an error naming %s", err, path)
 	}
 }
