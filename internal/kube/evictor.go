@@ -356,7 +356,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			refused = append(refused, c)
 			log.Info("eviction refused by a PodDisruptionBudget", append(podAttrs(c), "attempt", i+1, "of", tries)...)
 			if hard {
-				e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionBlocked,
+				e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionBlocked,
 					"Hard %s pressure: eviction of pod %s/%s refused by its PodDisruptionBudget (candidate %d of %d)",
 					c.Signal, c.Pod.Namespace, c.Pod.Name, i+1, tries)
 			}
@@ -383,7 +383,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 	}
 	if e.opts.Escalation.AfterBlocked == EscalateDelete {
 		c := refused[0]
-		e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
 			"Hard %s pressure: %d candidates refused by PodDisruptionBudgets; deleting pod %s/%s without its budget",
 			c.Signal, len(refused), c.Pod.Namespace, c.Pod.Name)
 		err := e.deleteThroughAPI(ctx, c)
@@ -404,7 +404,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 		res.Err = fmt.Errorf("deleting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
 		log.Warn("escalation delete failed", append(podAttrs(c), "err", err)...)
 	}
-	e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionGaveUp,
+	e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionGaveUp,
 		"Hard %s pressure: no pod could be evicted this pass (%d refused by PodDisruptionBudgets, escalation %s)",
 		candidates[0].Signal, len(refused), e.opts.Escalation.AfterBlocked)
 	log.Warn("eviction ladder exhausted", "signal", candidates[0].Signal, "refused", len(refused), "escalation", e.opts.Escalation.AfterBlocked)
@@ -601,7 +601,7 @@ func (e *Evictor) ReportLocalStops(ctx context.Context) (int, error) {
 		msg := fmt.Sprintf("Stopped through the CRI at %s while the API server was unreachable under hard %s pressure. %s",
 			s.at.UTC().Format(time.RFC3339), c.Signal, c.Message)
 		e.recorder.AnnotatedEventf(c.Pod, c.Annotations, corev1.EventTypeWarning, EventReasonStoppedLocally, "%s", msg)
-		e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonStoppedLocally,
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonStoppedLocally,
 			"Pod %s/%s: %s", c.Pod.Namespace, c.Pod.Name, msg)
 		e.opts.Logger.Info("reported local stop", podAttrs(c)...)
 	}

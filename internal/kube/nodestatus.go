@@ -248,7 +248,7 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		}
 		s.commitHeld(desired)
 		for _, ev := range events {
-			s.recorder.Event(nodeRef(s.opts.NodeName), ev.eventType, ev.reason, ev.message)
+			s.recorder.Event(NodeRef(s.opts.NodeName), ev.eventType, ev.reason, ev.message)
 		}
 	}
 	if taintsChanged {
