@@ -1,0 +1,78 @@
+package monitor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/cadvisor/cache/memory"
+	"github.com/google/cadvisor/container"
+	cadvisorv2 "github.com/google/cadvisor/info/v2"
+	"github.com/google/cadvisor/manager"
+	"github.com/google/cadvisor/utils/sysfs"
+)
+
+// cadvisorMetrics is all evictiond asks of cAdvisor's housekeeping: memory of
+// the watched cgroups and the machine's filesystems. CPU, per-CPU, network,
+// disk IO, process walks, perf, resctrl, hugetlb and the rest stay off; the
+// memory signals and per-pod memory and process counts are read fresh from
+// cgroupfs instead of from this cache.
+var cadvisorMetrics = container.MetricSet{
+	container.MemoryUsageMetrics: struct{}{},
+	container.DiskUsageMetrics:   struct{}{},
+}
+
+// embeddedCAdvisor is cAdvisor's manager with only the raw cgroup factory
+// (no docker, containerd, crio, mesos or systemd factory is linked in), watching
+// the root cgroup and the pod cgroup root.
+type embeddedCAdvisor struct {
+	mgr manager.Manager
+}
+
+// startCAdvisor starts cAdvisor watching "/" and every cgroup under
+// watchPrefix (the kubepods cgroup), housekeeping each at most every
+// interval. The stats cache keeps only a few intervals: evictiond reads the
+// latest values, never history.
+func startCAdvisor(interval time.Duration, watchPrefix string) (*embeddedCAdvisor, error) {
+	cache := memory.New(3*interval, nil)
+	allowDynamic := false
+	mgr, err := manager.New(cache, sysfs.NewRealSysFs(),
+		manager.HousekeepingConfig{Interval: &interval, AllowDynamic: &allowDynamic},
+		cadvisorMetrics, nil, []string{watchPrefix}, nil, "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating the cAdvisor manager: %w", err)
+	}
+	if err := mgr.Start(); err != nil {
+		return nil, fmt.Errorf("starting the cAdvisor manager: %w", err)
+	}
+	return &embeddedCAdvisor{mgr: mgr}, nil
+}
+
+func (c *embeddedCAdvisor) stop() error {
+	if err := c.mgr.Stop(); err != nil {
+		return fmt.Errorf("stopping the cAdvisor manager: %w", err)
+	}
+	return nil
+}
+
+// dirFsInfo is cAdvisor's view of the filesystem holding dir (its
+// GetDirFsInfo, as the kubelet's RootFsInfo and ImagesFsInfo use it).
+func (c *embeddedCAdvisor) dirFsInfo(dir string) (cadvisorv2.FsInfo, error) {
+	fi, err := c.mgr.GetDirFsInfo(dir)
+	if err != nil {
+		return cadvisorv2.FsInfo{}, fmt.Errorf("cAdvisor filesystem of %s: %w", dir, err)
+	}
+	return fi, nil
+}
+
+// watchedContainers lists the cgroups cAdvisor currently tracks under name.
+func (c *embeddedCAdvisor) watchedContainers(name string) ([]string, error) {
+	infos, err := c.mgr.GetContainerInfoV2(name, cadvisorv2.RequestOptions{IdType: cadvisorv2.TypeName, Count: 1, Recursive: true})
+	if err != nil {
+		return nil, fmt.Errorf("cAdvisor containers under %s: %w", name, err)
+	}
+	out := make([]string, 0, len(infos))
+	for n := range infos {
+		out = append(out, n)
+	}
+	return out, nil
+}
