@@ -265,15 +265,42 @@ func (m *Monitor) ObserveMemory() *Snapshot {
 	return s
 }
 
-// Observe reads every signal and the usage of the given pods.
+// Observe reads every signal and the usage of the given pods: ObserveNode and
+// ObservePods in one snapshot.
 func (m *Monitor) Observe(ctx context.Context, pods []PodRef) *Snapshot {
+	s := m.ObserveNode(ctx)
+	m.readPods(ctx, s, pods)
+	return s
+}
+
+// ObserveNode reads every node signal (memory, PID, PSI, filesystems) and the
+// filesystem layout, without per-pod usage: what each pass of the loop needs
+// while no threshold is met.
+func (m *Monitor) ObserveNode(ctx context.Context) *Snapshot {
 	s, b := newSnapshot(m)
 	m.readMemorySignals(b)
 	m.readPIDSignal(b)
 	m.readFilesystemSignals(ctx, b)
-	m.readPods(ctx, s, pods)
 	sort.Slice(s.Readings, func(i, j int) bool { return signalOrder(s.Readings[i].Signal) < signalOrder(s.Readings[j].Signal) })
 	return s
+}
+
+// SetPods tells the disk usage refresher which pods to measure, for loops
+// that call ObservePods only under pressure.
+func (m *Monitor) SetPods(pods []PodRef) {
+	m.mu.Lock()
+	m.pods = append(m.pods[:0], pods...)
+	m.mu.Unlock()
+}
+
+// ObservePods adds the usage of the given pods to a snapshot: memory working
+// set and process counts read fresh from cgroupfs, disk usage from the
+// housekeeping cache. The loop calls it when it must rank pods or check
+// local-storage limits; reading 100 pods costs tens of milliseconds of
+// kernel time on cgroup v1, which a 1 s loop should not pay when nothing
+// is starved.
+func (m *Monitor) ObservePods(ctx context.Context, s *Snapshot, pods []PodRef) {
+	m.readPods(ctx, s, pods)
 }
 
 func signalOrder(sig policy.Signal) int {
@@ -444,9 +471,10 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 	}
 	var err error
 	src := SourceStatfs
+	at := time.Now()
 	if m.cadvisor != nil {
 		src = SourceCAdvisor
-		image, err = m.cadvisorFs(m.imageFs)
+		image, at, err = m.cadvisorFs(m.imageFs)
 	} else {
 		image, err = statFilesystem(m.imageFs)
 	}
@@ -460,7 +488,6 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 		}
 		return image, container, false
 	}
-	at := time.Now()
 	// Without the CRI's word, writable layers are taken to live with the images.
 	m.addFs(b, "imagefs", m.cfg.ImageFsDir, image, at, src, nil, imageSigs[0], imageSigs[1])
 	m.addFs(b, "containerfs", m.cfg.ImageFsDir, image, at, src, nil, containerSigs[0], containerSigs[1])
@@ -468,22 +495,22 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 }
 
 // cadvisorFs reads a directory's filesystem through cAdvisor, as the kubelet
-// does; inode counts are missing when cAdvisor has none (e.g. some overlay
-// or network filesystems).
-func (m *Monitor) cadvisorFs(dir string) (fsUsage, error) {
+// does, with the time of cAdvisor's reading; inode counts are missing when
+// cAdvisor has none (e.g. some overlay or network filesystems).
+func (m *Monitor) cadvisorFs(dir string) (fsUsage, time.Time, error) {
 	fi, err := m.cadvisor.dirFsInfo(dir)
 	if err != nil {
-		return fsUsage{}, err
+		return fsUsage{}, time.Time{}, err
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return fsUsage{}, fmt.Errorf("stat %s: %w", dir, err)
+		return fsUsage{}, time.Time{}, fmt.Errorf("stat %s: %w", dir, err)
 	}
 	u := fsUsage{device: st.Dev, capacity: int64(fi.Capacity), available: int64(fi.Available), inodes: -1, inodesFree: -1}
 	if fi.Inodes != nil && fi.InodesFree != nil {
 		u.inodes, u.inodesFree = int64(*fi.Inodes), int64(*fi.InodesFree)
 	}
-	return u, nil
+	return u, fi.Timestamp, nil
 }
 
 func (m *Monitor) addFs(b *snapshotBuilder, role, path string, u fsUsage, at time.Time, src Source, used *int64, bytesSig, inodesSig policy.Signal) {
@@ -526,6 +553,9 @@ func (m *Monitor) locatePod(pod PodRef) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if len(tiers) == 1 {
+			return p, nil // a missing cgroup shows as a failed read of it
+		}
 		if _, err := os.Stat(m.layout.dir("memory", p)); err == nil {
 			return p, nil
 		}
@@ -549,18 +579,25 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef) {
 		ps := policy.PodStats{Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
 		var errs []string
 		cg, err := m.locatePod(pod)
-		if err != nil {
+		var u memcgUsage
+		if err == nil {
+			u, err = m.layout.readMemcgUsage(cg)
+			if errors.Is(err, fs.ErrNotExist) {
+				err = fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, cg, fs.ErrNotExist)
+			}
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err.Error())
 			m.metrics.podReadErrors.WithLabelValues("cgroup").Inc()
-		} else {
+		case err != nil:
 			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
-			if u, err := m.layout.readMemcgUsage(cg); err != nil {
-				errs = append(errs, err.Error())
-				m.metrics.podReadErrors.WithLabelValues("memory").Inc()
-			} else {
-				ws := u.workingSet()
-				ps.MemoryWorkingSet = &ws
-			}
+			errs = append(errs, err.Error())
+			m.metrics.podReadErrors.WithLabelValues("memory").Inc()
+		default:
+			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
+			ws := u.workingSet()
+			ps.MemoryWorkingSet = &ws
 			if n, err := m.layout.countProcesses(cg); err != nil {
 				errs = append(errs, err.Error())
 				m.metrics.podReadErrors.WithLabelValues("processes").Inc()
