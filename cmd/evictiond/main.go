@@ -1,6 +1,5 @@
-// Command evictiond is the node-pressure eviction agent. Subcommands:
-//
-//	evictiond observe [--once] [-o json|table]   what evictiond sees on this node
+// Command evictiond keeps a Kubernetes node alive when memory, disk or PIDs
+// run short. See `evictiond help`.
 package main
 
 import (
@@ -9,20 +8,40 @@ import (
 	"os"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+const usage = `evictiond — node-pressure eviction, out of the kubelet
+
+Usage:
+  evictiond validate -f FILE          check a configuration; print it with defaults applied
+  evictiond simulate -f SCENARIO      run the decision path over a scenario on a virtual clock
+  evictiond help                      this text
+
+Run 'evictiond COMMAND -h' for a command's flags.
+`
+
+// commands maps a subcommand to its entry point; each returns the exit code.
+var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"validate": runValidate,
+	"simulate": runSimulate,
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: evictiond <observe> [flags]")
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
-	case "observe":
-		return runObserve(args[1:], stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "evictiond: unknown subcommand %q (known: observe)\n", args[0])
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "evictiond: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	return cmd(args[1:], stdout, stderr)
 }
