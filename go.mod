@@ -3,7 +3,7 @@ module github.com/evictiond/evictiond
 go 1.26.8
 
 require (
-	github.com/fsnotify/fsnotify v1.10.1
+	github.com/fsnotify/fsnotify v1.9.0
 	github.com/google/cadvisor v0.53.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/procfs v0.16.1
