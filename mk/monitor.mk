@@ -1,17 +1,22 @@
 # Monitor tier: the real cgroup v1 hierarchy of this machine (run as root: the
-# tests create and remove cgroups under /sys/fs/cgroup/{memory,pids}), /proc,
-# statfs and the embedded cAdvisor. cgroup v2 and the systemd driver are
+# tests create and remove cgroups under /sys/fs/cgroup/{memory,pids,devices}),
+# /proc, statfs and the embedded cAdvisor. cgroup v2 and the systemd driver are
 # covered by fixture trees in the unit tests.
 .PHONY: test-monitor bench-monitor
 
 TIERS += test-monitor
 
 test-monitor:
-	$(GO) test -tags integration -count=1 ./internal/monitor/...
-	$(GO) test -tags integration -count=1 -run '^TestObserve' ./cmd/evictiond
+	$(GO) test -tags integration -count=1 -timeout 10m ./internal/monitor/...
+	$(GO) test -tags integration -count=1 -timeout 5m -run '^TestObserve' ./cmd/evictiond
 
-# Figures for the closing note: one fresh read of the memory signals, and RSS
-# and CPU with cAdvisor watching 100 pod cgroups under a 1 s loop.
+# Figures for the closing note: a fresh read of the memory signals and of 100
+# pods, and RSS and CPU with cAdvisor watching 100 pod cgroups under a 1 s loop
+# (one process per scenario, see BenchmarkMonitorWatching100Pods).
+MONITOR_LOOP_BENCHES := cadvisor=root/housekeeping=10s/loop=signals$$ cadvisor=root/housekeeping=10s/loop=signals[+]pods$$ cadvisor=pods/housekeeping=10s/loop=signals$$ cadvisor=pods/housekeeping=1s/loop=signals$$
 bench-monitor:
-	$(GO) test -tags integration -run='^$$' -bench='ObserveMemory|ObserveFixturePods' -benchmem ./internal/monitor
-	$(GO) test -tags integration -run='^$$' -bench='MonitorWatching100Pods' -benchtime=1x ./internal/monitor
+	$(GO) test -tags integration -run='^$$' -bench='ObserveMemory|ObservePods100|ObserveFixturePods' -benchmem ./internal/monitor
+	$(GO) test -tags integration -c -o bin/monitor-integration.test ./internal/monitor
+	for b in $(MONITOR_LOOP_BENCHES); do \
+		./bin/monitor-integration.test -test.run='^$$' -test.bench="MonitorWatching100Pods/$$b" -test.benchtime=1x 2>/dev/null | grep Benchmark || exit 1; \
+	done

@@ -42,6 +42,46 @@ func BenchmarkObserveMemoryRealHost(b *testing.B) {
 	}
 }
 
+// BenchmarkObservePods100RealHost is one fresh read of 100 pods' usage
+// (working set and process count from cgroupfs; disk usage from the cache):
+// what a pass pays when it must rank pods.
+func BenchmarkObservePods100RealHost(b *testing.B) {
+	requireCgroupV1(b)
+	tree := newTestCgroupTree(b, "bench100p")
+	pods := make100Pods(b, tree)
+	m, err := New(tree.monitorConfig(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	s := m.ObserveNode(ctx)
+	m.ObservePods(ctx, s, pods) // fills the disk cache, as the refresher would
+	b.ReportAllocs()
+	for b.Loop() {
+		s := m.ObserveNode(ctx)
+		m.ObservePods(ctx, s, pods)
+		if len(s.PodErrors) > 0 {
+			b.Fatal(s.PodErrors)
+		}
+	}
+}
+
+// make100Pods makes 100 pod cgroups across the QoS tiers, each with a
+// container cgroup holding a sleeping process.
+func make100Pods(b *testing.B, tree *testCgroupTree) []PodRef {
+	var pods []PodRef
+	tiers := []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort}
+	for i := 0; i < 100; i++ {
+		uid := types.UID(fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i))
+		qos := string(tiers[i%3])
+		cg := tree.podCgroup(b, qos, uid)
+		tree.mkdir(b, cg+"/ctr")
+		startSleeper(b, tree, cg+"/ctr")
+		pods = append(pods, PodRef{UID: uid, QOSClass: qos})
+	}
+	return pods
+}
+
 // BenchmarkMonitorWatching100Pods runs the daemon's shape for a while: the
 // embedded cAdvisor watching 100 pod cgroups (each with a process in a
 // container cgroup) and a loop that reads every node signal once a second. It
@@ -49,10 +89,15 @@ func BenchmarkObserveMemoryRealHost(b *testing.B) {
 // window (the benchmark binary's own, so an upper bound). Targets: under 50 MiB
 // RSS, under 1% of one core.
 //
-// Sub-benchmarks: cAdvisor housekeeping at its default 10s and at 1s; the loop
-// reading only node signals (no threshold met: nothing to rank) or also every
-// pod's fresh usage each second (under pressure).
-// EVICTIOND_BENCH_WINDOW sets each window (default 30s).
+// Sub-benchmarks: cAdvisor watching the root cgroup only (the default) or also
+// every pod and container cgroup under kubepods (Config.CAdvisorWatchPods);
+// housekeeping at its default 10s or at 1s; the loop reading only node signals
+// (no threshold met: nothing to rank) or also every pod's fresh usage each
+// second (under pressure).
+// EVICTIOND_BENCH_WINDOW sets each window (default 30s). Run one
+// sub-benchmark per process (make bench-monitor does): cAdvisor registers its
+// raw factory globally, so a second manager in one process keeps the first's
+// memory and RSS figures would add up.
 func BenchmarkMonitorWatching100Pods(b *testing.B) {
 	requireCgroupV1(b)
 	window := 30 * time.Second
@@ -66,27 +111,21 @@ func BenchmarkMonitorWatching100Pods(b *testing.B) {
 	for _, tc := range []struct {
 		name         string
 		housekeeping time.Duration
+		watchPods    bool
 		podsEachPass bool
 	}{
-		{"housekeeping=10s/loop=signals", 10 * time.Second, false},
-		{"housekeeping=10s/loop=signals+pods", 10 * time.Second, true},
-		{"housekeeping=1s/loop=signals", time.Second, false},
+		{"cadvisor=root/housekeeping=10s/loop=signals", 10 * time.Second, false, false},
+		{"cadvisor=root/housekeeping=10s/loop=signals+pods", 10 * time.Second, false, true},
+		{"cadvisor=pods/housekeeping=10s/loop=signals", 10 * time.Second, true, false},
+		{"cadvisor=pods/housekeeping=1s/loop=signals", time.Second, true, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			tree := newTestCgroupTree(b, "bench100")
-			var pods []PodRef
-			tiers := []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort}
-			for i := 0; i < 100; i++ {
-				uid := types.UID(fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i))
-				qos := string(tiers[i%3])
-				cg := tree.podCgroup(b, qos, uid)
-				tree.mkdir(b, cg+"/ctr")
-				startSleeper(b, tree, cg+"/ctr")
-				pods = append(pods, PodRef{UID: uid, QOSClass: qos})
-			}
+			pods := make100Pods(b, tree)
 			cfg := tree.monitorConfig(b)
 			cfg.DisableCAdvisor = false
 			cfg.HousekeepingInterval = tc.housekeeping
+			cfg.CAdvisorWatchPods = tc.watchPods
 			m, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -24,22 +24,22 @@ var cadvisorMetrics = container.MetricSet{
 }
 
 // embeddedCAdvisor is cAdvisor's manager with only the raw cgroup factory
-// (no docker, containerd, crio, mesos or systemd factory is linked in), watching
-// the root cgroup and the pod cgroup root.
+// (no docker, containerd, crio, mesos or systemd factory is linked in),
+// watching the root cgroup and, when asked, every cgroup under kubepods.
 type embeddedCAdvisor struct {
 	mgr manager.Manager
 }
 
-// startCAdvisor starts cAdvisor watching "/" and every cgroup under
-// watchPrefix (the kubepods cgroup), housekeeping each at most every
+// startCAdvisor starts cAdvisor watching "/" and every cgroup under the
+// watchPrefixes (none: the root cgroup only), housekeeping each at most every
 // interval. The stats cache keeps only a few intervals: evictiond reads the
 // latest values, never history.
-func startCAdvisor(interval time.Duration, watchPrefix string) (*embeddedCAdvisor, error) {
+func startCAdvisor(interval time.Duration, watchPrefixes []string) (*embeddedCAdvisor, error) {
 	cache := memory.New(3*interval, nil)
 	allowDynamic := false
 	mgr, err := manager.New(cache, sysfs.NewRealSysFs(),
 		manager.HousekeepingConfig{Interval: &interval, AllowDynamic: &allowDynamic},
-		cadvisorMetrics, nil, []string{watchPrefix}, nil, "", 0)
+		cadvisorMetrics, nil, watchPrefixes, nil, "", 0)
 	if err != nil {
 		return nil, fmt.Errorf("creating the cAdvisor manager: %w", err)
 	}

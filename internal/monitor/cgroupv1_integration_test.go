@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -80,7 +81,6 @@ var testControllers = []string{"memory", "pids", "devices"}
 type testCgroupTree struct {
 	t      testing.TB
 	root   string // e.g. /evictiond-test-pods-1234
-	dirs   []string
 	procs  []*exec.Cmd
 	stdins []io.WriteCloser
 }
@@ -113,7 +113,6 @@ func (tr *testCgroupTree) mkdir(t testing.TB, cg string) {
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			t.Fatalf("creating cgroup %s: %v", dir, err)
 		}
-		tr.dirs = append(tr.dirs, dir)
 	}
 }
 
@@ -179,9 +178,21 @@ func (tr *testCgroupTree) remove() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_, _ = cmd.Process.Wait()
 	}
-	// Deepest first; a memcg may be busy for a moment after its last task exits.
-	sort.Slice(tr.dirs, func(i, j int) bool { return len(tr.dirs[i]) > len(tr.dirs[j]) })
-	for _, dir := range tr.dirs {
+	// Every controller: a runtime (runc) creates pod and container cgroups in
+	// all of them, not only the ones this test made. Deepest first; a memcg may
+	// be busy for a moment after its last task exits.
+	var dirs []string
+	roots, _ := filepath.Glob(filepath.Join(v1CgroupMount, "*", tr.root))
+	for _, root := range roots {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+	}
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, dir := range dirs {
 		var err error
 		for i := 0; i < 50; i++ {
 			if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
@@ -421,6 +432,7 @@ func TestCAdvisorWatchesPodCgroupsAndReadsImagefs(t *testing.T) {
 	cg := tree.podCgroup(t, string(v1.PodQOSBurstable), uid)
 	cfg := tree.monitorConfig(t)
 	cfg.DisableCAdvisor = false
+	cfg.CAdvisorWatchPods = true
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
