@@ -1,12 +1,19 @@
 # Monitor tier: the real cgroup v1 hierarchy of this machine (run as root: the
-# tests create and remove cgroups under /sys/fs/cgroup/{memory,pids,devices}),
-# /proc, statfs and the embedded cAdvisor. cgroup v2 and the systemd driver are
-# covered by fixture trees in the unit tests.
-.PHONY: test-monitor bench-monitor
+# tests create and remove cgroups under /sys/fs/cgroup/*), /proc, statfs, the
+# embedded cAdvisor, and a private real containerd running a pod (CRI
+# imagefs, writable layers, container names). cgroup v2 and the systemd driver
+# are covered by fixture trees in the unit tests.
+MONITOR_PACKAGES := containerd runc busybox-static
 
+.PHONY: monitor-packages test-monitor bench-monitor
+
+DEPS  += monitor-packages
 TIERS += test-monitor
 
-test-monitor:
+monitor-packages:
+	./hack/install-deps.sh $(MONITOR_PACKAGES)
+
+test-monitor: monitor-packages
 	$(GO) test -tags integration -count=1 -timeout 10m ./internal/monitor/...
 	$(GO) test -tags integration -count=1 -timeout 5m -run '^TestObserve' ./cmd/evictiond
 
@@ -20,3 +27,9 @@ bench-monitor:
 	for b in $(MONITOR_LOOP_BENCHES); do \
 		./bin/monitor-integration.test -test.run='^$$' -test.bench="MonitorWatching100Pods/$$b" -test.benchtime=1x 2>/dev/null | grep Benchmark || exit 1; \
 	done
+
+# Bounded fuzzing of the pressure-file parser, with the tier.
+test-monitor: fuzz-monitor
+.PHONY: fuzz-monitor
+fuzz-monitor:
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePSI$$' -fuzztime=$(FUZZTIME) ./internal/monitor

@@ -10,12 +10,18 @@ type metrics struct {
 	runtimeErrors    *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
+// newMetrics makes the monitor's counters. signalErrors, when given, is the
+// daemon's evictiond_observation_errors_total{signal} (internal/metrics), so
+// the monitor counts into it instead of a counter of its own.
+func newMetrics(signalErrors *prometheus.CounterVec) *metrics {
+	if signalErrors == nil {
+		signalErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "evictiond", Name: "observation_errors_total",
+			Help: "Signal readings that failed and were reported missing (never guessed), by signal.",
+		}, []string{"signal"})
+	}
 	return &metrics{
-		signalReadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "evictiond", Subsystem: "monitor", Name: "signal_read_errors_total",
-			Help: "Observations of a signal that could not be read and were reported missing.",
-		}, []string{"signal"}),
+		signalReadErrors: signalErrors,
 		podReadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "evictiond", Subsystem: "monitor", Name: "pod_stat_read_errors_total",
 			Help: "Per-pod readings that could not be read and were reported missing, by stat.",
@@ -27,6 +33,12 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.signalReadErrors, m.podReadErrors, m.runtimeErrors}
+// collectors are the counters for the daemon to register: the signal error
+// counter only when the monitor made it.
+func (m *metrics) collectors(ownSignalErrors bool) []prometheus.Collector {
+	out := []prometheus.Collector{m.podReadErrors, m.runtimeErrors}
+	if ownSignalErrors {
+		out = append(out, m.signalReadErrors)
+	}
+	return out
 }

@@ -63,6 +63,11 @@ type Config struct {
 	// about 2% of a core for 100 pods at a 10 s interval (BenchmarkMonitorWatching100Pods).
 	CAdvisorWatchPods bool
 
+	// SignalReadErrors is the counter (label "signal") that failed readings
+	// are counted in: the daemon passes internal/metrics' ObservationErr. Nil:
+	// the monitor makes its own, listed by Collectors.
+	SignalReadErrors *prometheus.CounterVec
+
 	Logger *slog.Logger
 }
 
@@ -130,6 +135,8 @@ type Monitor struct {
 	layers     map[types.UID]map[string]writableLayer
 	containers map[string]containerName // CRI container ID -> pod and name
 	layersRead bool
+	// runtimeFailing is which CRI calls failed last time, to log transitions.
+	runtimeFailing map[string]bool
 
 	stopRefresh context.CancelFunc
 	refreshDone chan struct{}
@@ -172,14 +179,17 @@ func New(cfg Config) (*Monitor, error) {
 			podLogsDir:     hostPath(cfg.HostRoot, cfg.PodLogsDir),
 			maxEntries:     cfg.MaxWalkEntries,
 		},
-		metrics:    newMetrics(),
-		disk:       map[types.UID]podDisk{},
-		containers: map[string]containerName{},
+		metrics:        newMetrics(cfg.SignalReadErrors),
+		disk:           map[types.UID]podDisk{},
+		containers:     map[string]containerName{},
+		runtimeFailing: map[string]bool{},
 	}, nil
 }
 
 // Collectors are the monitor's Prometheus metrics, for the daemon to register.
-func (m *Monitor) Collectors() []prometheus.Collector { return m.metrics.collectors() }
+func (m *Monitor) Collectors() []prometheus.Collector {
+	return m.metrics.collectors(m.cfg.SignalReadErrors == nil)
+}
 
 // CgroupInfo says which hierarchy is read.
 func (m *Monitor) CgroupInfo() CgroupInfo {
@@ -463,6 +473,7 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
 		rfs, err := readRuntimeFilesystems(cctx, m.cfg.Runtime)
 		cancel()
+		m.noteRuntime("ImageFsInfo", err)
 		if err == nil {
 			image, err = statFilesystem(hostPath(m.cfg.HostRoot, rfs.imageMountpoint))
 		}
@@ -476,8 +487,6 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 			return image, container, true
 		}
 		criErr = err
-		m.metrics.runtimeErrors.WithLabelValues("ImageFsInfo").Inc()
-		m.log.Warn("reading image filesystems from the CRI failed; falling back", "err", err)
 	}
 	var err error
 	src := SourceStatfs
@@ -773,9 +782,8 @@ func (m *Monitor) refreshLayers(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
 	defer cancel()
 	layers, ids, err := readWritableLayers(cctx, m.cfg.Runtime)
+	m.noteRuntime("ListContainerStats", err)
 	if err != nil {
-		m.metrics.runtimeErrors.WithLabelValues("ListContainerStats").Inc()
-		m.log.Warn("reading writable layers from the CRI failed; they are missing", "err", err)
 		m.mu.Lock()
 		m.layers = nil
 		m.layersRead = true
@@ -787,6 +795,24 @@ func (m *Monitor) refreshLayers(ctx context.Context) {
 	m.layersRead = true
 	m.containers = ids
 	m.mu.Unlock()
+}
+
+// noteRuntime counts a failed CRI call and logs when a call starts or stops
+// failing, not on every pass.
+func (m *Monitor) noteRuntime(call string, err error) {
+	m.mu.Lock()
+	wasFailing := m.runtimeFailing[call]
+	m.runtimeFailing[call] = err != nil
+	m.mu.Unlock()
+	switch {
+	case err != nil:
+		m.metrics.runtimeErrors.WithLabelValues(call).Inc()
+		if !wasFailing {
+			m.log.Warn("CRI call failed: its readings are missing or fall back until it answers", "call", call, "err", err)
+		}
+	case wasFailing:
+		m.log.Info("CRI call answers again", "call", call)
+	}
 }
 
 func ptr(v int64) *int64 { return &v }

@@ -110,6 +110,10 @@ func readPSIFile(path string) (psiReading, error) {
 	if err != nil {
 		return psiReading{}, fmt.Errorf("reading %s: %w", path, err)
 	}
+	return parsePSI(path, raw)
+}
+
+func parsePSI(path string, raw []byte) (psiReading, error) {
 	var r psiReading
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
@@ -135,8 +139,8 @@ func readPSIFile(path string) (psiReading, error) {
 				continue
 			}
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return r, fmt.Errorf("reading %s: %s=%q: %w", path, k, v, err)
+			if err != nil || f < 0 || f > 100 || math.IsNaN(f) {
+				return r, fmt.Errorf("reading %s: %s=%q: not a stall percentage in [0, 100]", path, k, v)
 			}
 			*dst = f
 		}
