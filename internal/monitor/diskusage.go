@@ -117,9 +117,9 @@ type diskWalker struct {
 // it is direct, otherwise it is found by its UID suffix.
 func (w *diskWalker) podLogDir(pod PodRef, listing []os.DirEntry) string {
 	if pod.Namespace != "" && pod.Name != "" {
-		return filepath.Join(w.podLogsDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+		return filepath.Join(w.podLogsDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.runtimeUID()))
 	}
-	suffix := "_" + string(pod.UID)
+	suffix := "_" + string(pod.runtimeUID())
 	for _, e := range listing {
 		if e.IsDir() && strings.HasSuffix(e.Name(), suffix) {
 			return filepath.Join(w.podLogsDir, e.Name())
@@ -153,7 +153,7 @@ func (w *diskWalker) measure(pod PodRef, logListing []os.DirEntry) podDisk {
 	} else {
 		d.podLogs = &diskUsage{}
 	}
-	podDir := filepath.Join(w.kubeletRootDir, "pods", string(pod.UID))
+	podDir := filepath.Join(w.kubeletRootDir, "pods", string(pod.runtimeUID()))
 	for _, plugin := range localVolumePlugins {
 		pluginDir := filepath.Join(podDir, "volumes", plugin)
 		vols, err := os.ReadDir(pluginDir)

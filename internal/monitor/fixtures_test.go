@@ -392,3 +392,21 @@ func counterValue(t *testing.T, vec *prometheus.CounterVec, label string) float6
 	t.Helper()
 	return testutil.ToFloat64(vec.WithLabelValues(label))
 }
+
+func TestFixtureStaticPodIsReadUnderItsRuntimeUID(t *testing.T) {
+	mirror := &v1.Pod{}
+	mirror.UID = "11111111-2222-4333-8444-555555555555" // the mirror pod's API UID
+	mirror.Namespace, mirror.Name = "kube-system", "etcd-node1"
+	mirror.Annotations = map[string]string{"kubernetes.io/config.mirror": string(podGuaranteed)}
+	mirror.Status.QOSClass = v1.PodQOSGuaranteed
+	refs := PodRefsFromPods([]*v1.Pod{mirror})
+	if refs[0].RuntimeUID != podGuaranteed || refs[0].QOSClass != string(v1.PodQOSGuaranteed) {
+		t.Fatalf("ref %+v", refs[0])
+	}
+	m := fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, nil)
+	s := m.Observe(context.Background(), refs)
+	ps, ok := s.Pods[mirror.UID]
+	if !ok || orMinusOne(ps.MemoryWorkingSet) != 100<<20 {
+		t.Errorf("static pod stats %+v (errors: %s), want its cgroup's 100 MiB under the API UID", ps, s.PodErrors[mirror.UID])
+	}
+}

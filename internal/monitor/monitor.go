@@ -568,7 +568,7 @@ func (m *Monitor) locatePod(pod PodRef) (string, error) {
 		tiers = []string{string(v1.PodQOSGuaranteed), string(v1.PodQOSBurstable), string(v1.PodQOSBestEffort)}
 	}
 	for _, qos := range tiers {
-		p, err := m.layout.podCgroupPath(pod.UID, qos)
+		p, err := m.layout.podCgroupPath(pod.runtimeUID(), qos)
 		if err != nil {
 			return "", err
 		}
@@ -579,7 +579,7 @@ func (m *Monitor) locatePod(pod PodRef) (string, error) {
 			return p, nil
 		}
 	}
-	want, _ := m.layout.podCgroupPath(pod.UID, pod.QOSClass)
+	want, _ := m.layout.podCgroupPath(pod.runtimeUID(), pod.QOSClass)
 	if want == "" {
 		want = "any QoS tier under " + m.layout.kubepods
 	}
@@ -624,7 +624,7 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef) {
 			} else {
 				ps.Processes = &n
 			}
-			m.readContainerMemory(cg, pod.UID, &ps)
+			m.readContainerMemory(cg, pod.runtimeUID(), &ps)
 		}
 		ps.Time = time.Now()
 		errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
@@ -680,7 +680,7 @@ func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *polic
 func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing) []string {
 	m.mu.Lock()
 	d, ok := m.disk[pod.UID]
-	layers := m.layers[pod.UID]
+	layers := m.layers[pod.runtimeUID()]
 	runtimeKnown := m.cfg.Runtime != nil && m.layers != nil
 	m.mu.Unlock()
 	if !ok {

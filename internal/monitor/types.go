@@ -15,6 +15,7 @@ import (
 	"context"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -60,6 +61,37 @@ type PodRef struct {
 	Namespace string
 	Name      string
 	QOSClass  string // v1.PodQOSGuaranteed, v1.PodQOSBurstable or v1.PodQOSBestEffort
+	// RuntimeUID is the UID the kubelet runs the pod under when it is not
+	// UID: a static pod's mirror carries it in kubernetes.io/config.mirror.
+	// Cgroups, log and volume directories and CRI labels use it; results stay
+	// keyed by UID.
+	RuntimeUID types.UID
+}
+
+// runtimeUID is the UID the node knows the pod by.
+func (p PodRef) runtimeUID() types.UID {
+	if p.RuntimeUID != "" {
+		return p.RuntimeUID
+	}
+	return p.UID
+}
+
+// mirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// PodRefsFromPods turns the API server's pods into what the monitor needs.
+// The QoS class is the one the API server set in status (empty: the monitor
+// tries each tier).
+func PodRefsFromPods(pods []*v1.Pod) []PodRef {
+	out := make([]PodRef, 0, len(pods))
+	for _, p := range pods {
+		ref := PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass)}
+		if mirror := p.Annotations[mirrorAnnotation]; mirror != "" && types.UID(mirror) != p.UID {
+			ref.RuntimeUID = types.UID(mirror)
+		}
+		out = append(out, ref)
+	}
+	return out
 }
 
 // RuntimeStats is the part of the CRI the monitor reads: the image and
