@@ -35,8 +35,9 @@ func NewEventRecorder(ctx context.Context, client kubernetes.Interface, nodeName
 	return recorder, broadcaster.Shutdown
 }
 
-// nodeRef is the object reference the kubelet uses for node Events: the node's name as
-// its UID, so Events stay attached across node re-registration.
-func nodeRef(nodeName string) *corev1.ObjectReference {
+// NodeRef is the object reference for Events on the node (threshold met, reclaim,
+// conditions), as the kubelet makes it: the node's name as its UID, so Events stay
+// attached across node re-registration. Use it with the recorder of NewEventRecorder.
+func NodeRef(nodeName string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)}
 }

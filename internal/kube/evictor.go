@@ -21,6 +21,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // EscalationAction is the hard-pressure step after every candidate tried through the
@@ -38,48 +40,71 @@ const (
 )
 
 // EscalationOptions is the hard-pressure ladder when PDBs refuse evictions:
-//  1. try up to Candidates pods, in rank order, through the Eviction API;
+//  1. try up to MaxCandidates pods, in rank order, through the Eviction API;
 //  2. then AfterBlocked (default Delete: delete the first refused candidate);
 //  3. then stop for this pass.
 //
 // Every step records a Warning Event on the Node. Soft pressure never escalates: it tries
-// the next candidate (up to RateLimitOptions.MaxAttemptsPerPass) and then waits for the
-// next pass.
+// the next candidate (up to SoftMaxCandidates) and then waits for the next pass.
 type EscalationOptions struct {
-	// Candidates is how many pods hard pressure tries through the Eviction API in one pass
-	// before AfterBlocked. Default 3.
-	Candidates int
-	// AfterBlocked is the step after Candidates refusals. Default EscalateDelete.
+	// MaxCandidates is how many pods hard pressure tries through the Eviction API in one
+	// pass before AfterBlocked (config eviction.pdbEscalation.maxCandidates). Default 3.
+	MaxCandidates int
+	// AfterBlocked is the step after MaxCandidates refusals (config
+	// eviction.pdbEscalation.delete: true = EscalateDelete, false = EscalateStop).
+	// Default EscalateDelete.
 	AfterBlocked EscalationAction
+	// SoftMaxCandidates bounds the Eviction API calls one soft-pressure pass makes when
+	// PDBs refuse. Default 5.
+	SoftMaxCandidates int
 }
 
 // RateLimitOptions bound how fast evictiond disrupts pods. They apply to soft and hard
 // pressure alike: the kubelet's hard thresholds remain the backstop when they hold
-// evictiond back.
+// evictiond back. Dry-run is paced by them too.
 type RateLimitOptions struct {
-	// MaxAttemptsPerPass bounds the Eviction API calls of one pass (PDB refusals
-	// included). Default 5. A pass evicts at most one pod whatever this says.
-	MaxAttemptsPerPass int
-	// QPS is the token bucket's sustained rate of evictions per second. Default 0.2.
-	QPS float64
+	// MaxPerPass caps the evictions between two StartPass calls (several only for
+	// local-storage limit violations; a threshold eviction is one per pass). Default 3.
+	MaxPerPass int
+	// PerMinute is the token bucket's refill rate, in evictions per minute. Default 10.
+	PerMinute float64
 	// Burst is the token bucket's size. Default 3.
 	Burst int
-	// CoolDown is the minimum time from one eviction to the next. Default 4 s.
+	// CoolDown is the minimum time from one threshold eviction to the next (local-storage
+	// limit violations, which the kubelet evicts all at once, are exempt). Default 1 s.
 	CoolDown time.Duration
+}
+
+// LocalStopOptions is the escape hatch for hard pressure while the API server is
+// unreachable (config eviction.apiUnreachable).
+type LocalStopOptions struct {
+	// Enabled stops the chosen pod through Stopper (the CRI) when the API server has been
+	// unreachable for After while a hard threshold holds. Default false.
+	Enabled bool
+	// After is how long the API server must have been unreachable first. Default 10 s.
+	After time.Duration
+	// Stopper is the CRI client; required when Enabled.
+	Stopper LocalPodStopper
+	// JournalPath keeps unreported local stops in a file, so they are still reported
+	// after evictiond restarts. Default "" (memory only); the DaemonSet's state
+	// directory (/var/lib/evictiond/local-stops.json) is the place for it.
+	JournalPath string
 }
 
 // EvictorOptions configures an Evictor. Zero values take the documented defaults.
 type EvictorOptions struct {
 	// NodeName is this node; Events name it and only its pods are ever evicted.
 	NodeName string
-	// DryRun logs "would evict" and writes nothing at all.
+	// DryRun logs "would evict" and writes nothing at all (no eviction, no Event).
 	DryRun bool
-	// Escalation is the hard-pressure PDB ladder.
+	// Escalation is the PDB ladder.
 	Escalation EscalationOptions
 	// RateLimit bounds the eviction rate.
 	RateLimit RateLimitOptions
-	// WaitForGone bounds how long Evict waits for its victim to be gone. Default 30 s
-	// (the kubelet's pod cleanup timeout).
+	// LocalStop is the CRI stop while the API server is unreachable.
+	LocalStop LocalStopOptions
+	// WaitForGone bounds how long Evict waits for its victim to be gone (config
+	// loop.podCleanupTimeout). Default 30 s, the kubelet's pod cleanup timeout.
 	WaitForGone time.Duration
 	// PendingCreditTTL is how long a victim that is still not gone after WaitForGone keeps
 	// its expected reclaim credited in PendingReclaim. Default 2 min.
@@ -87,35 +112,37 @@ type EvictorOptions struct {
 	// APITimeout bounds each API call; a call that times out counts as "API server
 	// unreachable". Default 5 s.
 	APITimeout time.Duration
-	// LocalStopWhenUnreachable stops the chosen pod through LocalStopper when the API
-	// server is unreachable while a hard threshold holds. Default false.
-	LocalStopWhenUnreachable bool
-	// LocalStopper is the CRI client used by LocalStopWhenUnreachable.
-	LocalStopper LocalPodStopper
-	// Clock drives cool-down, token bucket and credit expiry. Default the real clock.
+	// Clock drives cool-down, token bucket, unreachable time and credit expiry. Default
+	// the real clock.
 	Clock clock.Clock
 	// Logger receives one structured record per decision. Default slog.Default().
 	Logger *slog.Logger
 }
 
 func (o *EvictorOptions) setDefaults() {
-	if o.Escalation.Candidates <= 0 {
-		o.Escalation.Candidates = 3
+	if o.Escalation.MaxCandidates <= 0 {
+		o.Escalation.MaxCandidates = 3
 	}
 	if o.Escalation.AfterBlocked == "" {
 		o.Escalation.AfterBlocked = EscalateDelete
 	}
-	if o.RateLimit.MaxAttemptsPerPass <= 0 {
-		o.RateLimit.MaxAttemptsPerPass = 5
+	if o.Escalation.SoftMaxCandidates <= 0 {
+		o.Escalation.SoftMaxCandidates = 5
 	}
-	if o.RateLimit.QPS <= 0 {
-		o.RateLimit.QPS = 0.2
+	if o.RateLimit.MaxPerPass <= 0 {
+		o.RateLimit.MaxPerPass = 3
+	}
+	if o.RateLimit.PerMinute <= 0 {
+		o.RateLimit.PerMinute = 10
 	}
 	if o.RateLimit.Burst <= 0 {
 		o.RateLimit.Burst = 3
 	}
 	if o.RateLimit.CoolDown == 0 {
-		o.RateLimit.CoolDown = 4 * time.Second
+		o.RateLimit.CoolDown = time.Second
+	}
+	if o.LocalStop.After <= 0 {
+		o.LocalStop.After = 10 * time.Second
 	}
 	if o.WaitForGone <= 0 {
 		o.WaitForGone = 30 * time.Second
@@ -147,8 +174,8 @@ func (o *EvictorOptions) validate() error {
 	if o.RateLimit.CoolDown < 0 {
 		return fmt.Errorf("evictor: RateLimit.CoolDown: value %s: must not be negative", o.RateLimit.CoolDown)
 	}
-	if o.LocalStopWhenUnreachable && o.LocalStopper == nil {
-		return errors.New("evictor: LocalStopWhenUnreachable: value true: needs a LocalStopper (the CRI client)")
+	if o.LocalStop.Enabled && o.LocalStop.Stopper == nil {
+		return errors.New("evictor: LocalStop.Enabled: value true: needs LocalStop.Stopper (the CRI client)")
 	}
 	return nil
 }
@@ -199,15 +226,17 @@ type Evictor struct {
 	opts     EvictorOptions
 	limiter  *rate.Limiter
 
-	mu            sync.Mutex
-	coolDownUntil time.Time
-	pending       map[types.UID]pendingEviction
-	localStops    []localStop
+	mu               sync.Mutex
+	coolDownUntil    time.Time
+	evictedThisPass  int
+	unreachableSince time.Time // zero while the API server answers
+	pending          map[types.UID]pendingEviction
+	localStops       []localStop
 }
 
 type pendingEviction struct {
 	pod             types.NamespacedName
-	signal          string
+	signal          policy.Signal
 	expectedReclaim int64
 	expires         time.Time
 }
@@ -224,14 +253,33 @@ func NewEvictor(client kubernetes.Interface, pods corelisters.PodLister, recorde
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Evictor{
+	e := &Evictor{
 		client:   client,
 		pods:     pods,
 		recorder: recorder,
 		opts:     opts,
-		limiter:  rate.NewLimiter(rate.Limit(opts.RateLimit.QPS), opts.RateLimit.Burst),
+		limiter:  rate.NewLimiter(rate.Limit(opts.RateLimit.PerMinute/60), opts.RateLimit.Burst),
 		pending:  map[types.UID]pendingEviction{},
-	}, nil
+	}
+	if opts.LocalStop.JournalPath != "" {
+		stops, err := loadLocalStops(opts.LocalStop.JournalPath)
+		if err != nil {
+			return nil, err
+		}
+		e.localStops = stops
+	}
+	return e, nil
+}
+
+// persistLocalStopsLocked writes the journal, if configured; e.mu must be held. A
+// failure is logged: the stop itself happened and stays reported from memory.
+func (e *Evictor) persistLocalStopsLocked() {
+	if e.opts.LocalStop.JournalPath == "" {
+		return
+	}
+	if err := saveLocalStops(e.opts.LocalStop.JournalPath, e.localStops); err != nil {
+		e.opts.Logger.Error("local-stop journal not saved", "path", e.opts.LocalStop.JournalPath, "err", err)
+	}
 }
 
 // Evict tries candidates (ranked, most evictable first, all for the same pressure) until
@@ -245,15 +293,20 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 		return res
 	}
 	now := e.opts.Clock.Now()
-	if until := e.coolDownEnd(); now.Before(until) {
+	if e.passBudgetSpent() {
+		res.Outcome = OutcomeRateLimited
+		log.Info("eviction held back: per-pass maximum reached", "maxPerPass", e.opts.RateLimit.MaxPerPass)
+		return res
+	}
+	if until := e.coolDownEnd(); now.Before(until) && !candidates[0].LocalStorage {
 		res.Outcome = OutcomeCoolingDown
 		log.Info("eviction held back by cool-down", "until", until, "signal", candidates[0].Signal)
 		return res
 	}
 	hard := candidates[0].Hard
-	tries := min(len(candidates), e.opts.RateLimit.MaxAttemptsPerPass)
+	tries := min(len(candidates), e.opts.Escalation.SoftMaxCandidates)
 	if hard {
-		tries = min(tries, e.opts.Escalation.Candidates)
+		tries = min(len(candidates), e.opts.Escalation.MaxCandidates)
 	}
 
 	var refused []Candidate
@@ -267,19 +320,26 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			res.Outcome = OutcomeNoCandidates
 			return res
 		}
-		if e.opts.DryRun {
-			log.Info("would evict pod", podAttrs(c)...)
-			res.Outcome, res.Victim = OutcomeDryRun, &c
-			return res
-		}
 		reservation := e.limiter.ReserveN(now, 1)
 		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
 			reservation.CancelAt(now)
 			res.Outcome = OutcomeRateLimited
-			log.Info("eviction held back by the token bucket", "qps", e.opts.RateLimit.QPS, "burst", e.opts.RateLimit.Burst)
+			log.Info("eviction held back by the token bucket", "perMinute", e.opts.RateLimit.PerMinute, "burst", e.opts.RateLimit.Burst)
+			return res
+		}
+		if e.opts.DryRun {
+			// Rate limits and cool-down apply in dry-run too, so its log shows the
+			// evictions a real run would make, at the pace it would make them.
+			log.Info("would evict pod", podAttrs(c)...)
+			e.mu.Lock()
+			e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
+			e.evictedThisPass++
+			e.mu.Unlock()
+			res.Outcome, res.Victim = OutcomeDryRun, &c
 			return res
 		}
 		err := e.evictThroughAPI(ctx, c)
+		e.noteReachability(err)
 		attempt := Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "evict", Err: err}
 		outcome := classify(err)
 		attempt.Outcome = outcome
@@ -296,16 +356,14 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			refused = append(refused, c)
 			log.Info("eviction refused by a PodDisruptionBudget", append(podAttrs(c), "attempt", i+1, "of", tries)...)
 			if hard {
-				e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionBlocked,
+				e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionBlocked,
 					"Hard %s pressure: eviction of pod %s/%s refused by its PodDisruptionBudget (candidate %d of %d)",
 					c.Signal, c.Pod.Namespace, c.Pod.Name, i+1, tries)
 			}
 			continue
 		case OutcomeAPIError:
-			if isUnreachable(err) && ctx.Err() == nil {
-				if hard && e.opts.LocalStopWhenUnreachable {
-					return e.stopLocally(ctx, c, res)
-				}
+			if hard && e.localStopDue(ctx, err) {
+				return e.stopLocally(ctx, c, res)
 			}
 			res.Outcome, res.Err = outcome, fmt.Errorf("evicting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
 			log.Warn("eviction failed", append(podAttrs(c), "err", err)...)
@@ -325,10 +383,11 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 	}
 	if e.opts.Escalation.AfterBlocked == EscalateDelete {
 		c := refused[0]
-		e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
 			"Hard %s pressure: %d candidates refused by PodDisruptionBudgets; deleting pod %s/%s without its budget",
 			c.Signal, len(refused), c.Pod.Namespace, c.Pod.Name)
 		err := e.deleteThroughAPI(ctx, c)
+		e.noteReachability(err)
 		outcome := classify(err)
 		if outcome == OutcomeEvicted {
 			outcome = OutcomeDeleted
@@ -339,13 +398,13 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			log.Warn("deleted pod despite its PodDisruptionBudget", podAttrs(c)...)
 			return e.afterEviction(ctx, c, OutcomeDeleted, res)
 		}
-		if outcome == OutcomeAPIError && isUnreachable(err) && ctx.Err() == nil && e.opts.LocalStopWhenUnreachable {
+		if outcome == OutcomeAPIError && e.localStopDue(ctx, err) {
 			return e.stopLocally(ctx, c, res)
 		}
 		res.Err = fmt.Errorf("deleting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
 		log.Warn("escalation delete failed", append(podAttrs(c), "err", err)...)
 	}
-	e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionGaveUp,
+	e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionGaveUp,
 		"Hard %s pressure: no pod could be evicted this pass (%d refused by PodDisruptionBudgets, escalation %s)",
 		candidates[0].Signal, len(refused), e.opts.Escalation.AfterBlocked)
 	log.Warn("eviction ladder exhausted", "signal", candidates[0].Signal, "refused", len(refused), "escalation", e.opts.Escalation.AfterBlocked)
@@ -387,6 +446,7 @@ func (e *Evictor) afterEviction(ctx context.Context, c Candidate, outcome Outcom
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
+	e.evictedThisPass++
 	e.pending[c.Pod.UID] = pendingEviction{
 		pod:             podKey(c.Pod),
 		signal:          c.Signal,
@@ -417,7 +477,7 @@ func (e *Evictor) podGone(key types.NamespacedName, uid types.UID) bool {
 // PendingReclaim is the expected reclaim, for signal, of evicted pods that are not gone
 // yet: the loop adds it to what it observes so it never picks a second victim on numbers
 // that predate the first.
-func (e *Evictor) PendingReclaim(signal string) int64 {
+func (e *Evictor) PendingReclaim(signal policy.Signal) int64 {
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -434,6 +494,49 @@ func (e *Evictor) PendingReclaim(signal string) int64 {
 	return total
 }
 
+// StartPass begins a new loop pass for RateLimitOptions.MaxPerPass.
+func (e *Evictor) StartPass() {
+	e.mu.Lock()
+	e.evictedThisPass = 0
+	e.mu.Unlock()
+}
+
+func (e *Evictor) passBudgetSpent() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.evictedThisPass >= e.opts.RateLimit.MaxPerPass
+}
+
+// noteReachability tracks since when the API server has been unreachable.
+func (e *Evictor) noteReachability(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case !isUnreachable(err):
+		e.unreachableSince = time.Time{}
+	case e.unreachableSince.IsZero():
+		e.unreachableSince = e.opts.Clock.Now()
+	}
+}
+
+// localStopDue reports whether err (from the pass's context ctx) should lead to a local
+// stop: enabled, the API server unreachable (not our own shutdown), for LocalStop.After.
+func (e *Evictor) localStopDue(ctx context.Context, err error) bool {
+	if !e.opts.LocalStop.Enabled || !isUnreachable(err) || ctx.Err() != nil {
+		return false
+	}
+	e.mu.Lock()
+	since := e.unreachableSince
+	e.mu.Unlock()
+	down := e.opts.Clock.Since(since)
+	if down < e.opts.LocalStop.After {
+		e.opts.Logger.Warn("API server unreachable under hard pressure; local stop not due yet",
+			"unreachableFor", down.Round(time.Millisecond), "after", e.opts.LocalStop.After)
+		return false
+	}
+	return true
+}
+
 func (e *Evictor) coolDownEnd() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -443,7 +546,7 @@ func (e *Evictor) coolDownEnd() time.Time {
 // stopLocally stops the candidate through the CRI because the API server cannot be
 // reached under hard pressure, and remembers it for ReportLocalStops.
 func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res Result) Result {
-	err := e.opts.LocalStopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
+	err := e.opts.LocalStop.Stopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
 	res.Attempts = append(res.Attempts, Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: OutcomeStoppedLocally, Err: err})
 	if err != nil {
 		res.Outcome, res.Err = OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
@@ -453,7 +556,9 @@ func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res Result) Resu
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	e.localStops = append(e.localStops, localStop{candidate: c, at: now})
+	e.persistLocalStopsLocked()
 	e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
+	e.evictedThisPass++
 	e.mu.Unlock()
 	e.opts.Logger.Warn("API server unreachable under hard pressure: stopped pod through the CRI", podAttrs(c)...)
 	res.Outcome, res.Victim = OutcomeStoppedLocally, &c
@@ -485,6 +590,7 @@ func (e *Evictor) ReportLocalStops(ctx context.Context) (int, error) {
 	for _, s := range stops {
 		c := s.candidate
 		err := e.deleteThroughAPI(ctx, c)
+		e.noteReachability(err)
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			failed = append(failed, s)
 			if firstErr == nil {
@@ -495,12 +601,13 @@ func (e *Evictor) ReportLocalStops(ctx context.Context) (int, error) {
 		msg := fmt.Sprintf("Stopped through the CRI at %s while the API server was unreachable under hard %s pressure. %s",
 			s.at.UTC().Format(time.RFC3339), c.Signal, c.Message)
 		e.recorder.AnnotatedEventf(c.Pod, c.Annotations, corev1.EventTypeWarning, EventReasonStoppedLocally, "%s", msg)
-		e.recorder.Eventf(nodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonStoppedLocally,
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonStoppedLocally,
 			"Pod %s/%s: %s", c.Pod.Namespace, c.Pod.Name, msg)
 		e.opts.Logger.Info("reported local stop", podAttrs(c)...)
 	}
 	e.mu.Lock()
 	e.localStops = append(failed, e.localStops...)
+	e.persistLocalStopsLocked()
 	e.mu.Unlock()
 	return len(stops) - len(failed), firstErr
 }
@@ -556,6 +663,6 @@ func podKey(pod *corev1.Pod) types.NamespacedName {
 }
 
 func podAttrs(c Candidate) []any {
-	return []any{"pod", c.Pod.Namespace + "/" + c.Pod.Name, "uid", string(c.Pod.UID), "signal", c.Signal,
+	return []any{"pod", c.Pod.Namespace + "/" + c.Pod.Name, "uid", string(c.Pod.UID), "signal", string(c.Signal),
 		"hard", c.Hard, "gracePeriodSeconds", c.GracePeriodSeconds, "expectedReclaim", c.ExpectedReclaim, "reason", c.Reason}
 }

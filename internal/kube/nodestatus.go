@@ -40,6 +40,9 @@ type NodeStatusOptions struct {
 	//     scheduler applies the kubelet's way; evictiond's PreferNoSchedule adds the
 	//     "place new pods elsewhere when you can" that is right for every QoS class.
 	TaintEffects map[corev1.NodeConditionType]corev1.TaintEffect
+	// DisableConditions leaves the pressure conditions alone and keeps only the taints
+	// (config nodeStatus.conditions: false). Default false: conditions are written.
+	DisableConditions bool
 	// ReassertInterval is how often the node cache is compared with what evictiond wants,
 	// in addition to every watch event on the node. A condition another writer flips is
 	// re-asserted on its watch event (milliseconds), or at the latest after this
@@ -220,7 +223,11 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		s.adopt(node)
 	}
 
-	conditions, events := s.conditionChanges(node, desired)
+	var conditions []corev1.NodeCondition
+	var events []nodeEvent
+	if !s.opts.DisableConditions {
+		conditions, events = s.conditionChanges(node, desired)
+	}
 	taints, taintsChanged := s.wantedTaints(node, desired)
 	if len(conditions) == 0 && !taintsChanged {
 		return nil
@@ -239,6 +246,10 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		if err := s.patchConditions(ctx, conditions); err != nil {
 			return err
 		}
+		s.commitHeld(desired)
+		for _, ev := range events {
+			s.recorder.Event(NodeRef(s.opts.NodeName), ev.eventType, ev.reason, ev.message)
+		}
 	}
 	if taintsChanged {
 		if err := s.updateTaints(ctx, desired); err != nil {
@@ -246,9 +257,6 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		}
 	}
 	s.commitHeld(desired)
-	for _, ev := range events {
-		s.recorder.Event(nodeRef(s.opts.NodeName), ev.eventType, ev.reason, ev.message)
-	}
 	return nil
 }
 

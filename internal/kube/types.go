@@ -17,30 +17,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// Candidate is one pod the policy ranked for eviction, with what the Evictor needs to
-// evict it and to explain why. The daemon maps policy.Candidate onto it.
-type Candidate struct {
-	// Pod as seen by the informer; its UID becomes the eviction's precondition.
-	Pod *corev1.Pod
-	// Signal is the eviction signal that starved, e.g. "memory.available".
-	Signal string
-	// Hard is true when a hard threshold is met: grace 1 s and the escalation ladder.
-	Hard bool
-	// GracePeriodSeconds is the grace the policy computed (hard 1 s; soft
-	// min(evictionMaxPodGracePeriod, terminationGracePeriodSeconds)).
-	GracePeriodSeconds int64
-	// Message is the kubelet-style eviction message for the pod's Event.
-	Message string
-	// Annotations go on the pod's Evicted Event (offending_containers, ...).
-	Annotations map[string]string
-	// Reason explains the ranking, for logs.
-	Reason string
-	// ExpectedReclaim is what the pod's eviction should free, in the signal's unit
-	// (bytes, inodes or PIDs); credited until the pod is gone.
-	ExpectedReclaim int64
-}
+// Candidate is one pod the policy ranked for eviction: the Evictor uses its Pod (UID
+// precondition), Hard (escalation ladder), GracePeriodSeconds, Message and Annotations
+// (the Evicted Event), Reason (logs) and ExpectedReclaim (credited until the pod is gone).
+type Candidate = policy.Candidate
 
 // LocalPodStopper stops a pod's sandbox on this node without the API server, through the
 // CRI. The reclaim package's CRI client satisfies it. It must be idempotent: stopping a

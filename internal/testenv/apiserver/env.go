@@ -65,6 +65,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// KeepDir keeps the working directory (logs, certs, etcd data) after Stop.
 	KeepDir bool
+	// Scheduler also runs kube-scheduler (needed when pods are to be scheduled, e.g. a
+	// DaemonSet's pods onto a real kubelet's node).
+	Scheduler bool
+	// ExtraAPIServerArgs are appended to kube-apiserver's flags (later flags win).
+	ExtraAPIServerArgs []string
 }
 
 // Env is a running control plane. Its methods are safe to call from one test goroutine
@@ -88,6 +93,7 @@ type Env struct {
 	etcd      *process
 	apiserver *process
 	kcm       *process
+	scheduler *process
 }
 
 // Start runs etcd, kube-apiserver and kube-controller-manager and waits until the API is
@@ -110,7 +116,11 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	bins := map[string]string{}
-	for _, name := range []string{"kube-apiserver", "kube-controller-manager"} {
+	components := []string{"kube-apiserver", "kube-controller-manager"}
+	if opts.Scheduler {
+		components = append(components, "kube-scheduler")
+	}
+	for _, name := range components {
 		path := filepath.Join(binDir, name)
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("%s %s not found in %s (set EVICTIOND_K8S_BIN, or build it with `make k8s-binaries` / hack/k8s-binaries.sh): %w", name, K8sVersion, binDir, err)
@@ -214,7 +224,7 @@ func Start(opts Options) (*Env, error) {
 		name:    "kube-apiserver",
 		path:    bins["kube-apiserver"],
 		logPath: filepath.Join(dir, "kube-apiserver.log"),
-		args:    apiArgs,
+		args:    append(apiArgs, opts.ExtraAPIServerArgs...),
 	}
 
 	env.Config = &rest.Config{
@@ -257,6 +267,28 @@ func Start(opts Options) (*Env, error) {
 	if err := env.waitControllers(opts.StartTimeout); err != nil {
 		return fail(err)
 	}
+	if opts.Scheduler {
+		env.scheduler = &process{
+			name:    "kube-scheduler",
+			path:    bins["kube-scheduler"],
+			logPath: filepath.Join(dir, "kube-scheduler.log"),
+			args: []string{
+				"--kubeconfig=" + env.KubeconfigPath,
+				"--leader-elect=false",
+				"--secure-port=0",
+				"--v=1",
+			},
+		}
+		if err := env.scheduler.start(); err != nil {
+			return fail(err)
+		}
+		// The scheduler has no health endpoint with --secure-port=0; a quick exit (bad
+		// flags, no API access) shows within a moment.
+		time.Sleep(time.Second)
+		if !env.scheduler.running() {
+			return fail(env.scheduler.failure(errors.New("exited right after start")))
+		}
+	}
 	return env, nil
 }
 
@@ -273,11 +305,12 @@ func DefaultBinDir() string {
 	return filepath.Join(cache, "k8s", K8sVersion, "bin")
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM), leaving etcd and the controller manager
+// StopAPIServer kills kube-apiserver (SIGKILL, like a crash: a graceful stop waits
+// for long-running requests and takes ~15 s), leaving etcd and the controller manager
 // running, so a test can observe a client's behaviour while the API is unreachable.
 func (e *Env) StopAPIServer() {
 	if e.apiserver != nil {
-		e.apiserver.stop(15 * time.Second)
+		e.apiserver.stop(0)
 	}
 }
 
@@ -295,7 +328,7 @@ func (e *Env) StartAPIServer() error {
 
 // Stop stops every component and removes the working directory (unless KeepDir).
 func (e *Env) Stop() {
-	for _, p := range []*process{e.kcm, e.apiserver, e.etcd} {
+	for _, p := range []*process{e.scheduler, e.kcm, e.apiserver, e.etcd} {
 		if p != nil {
 			p.stop(15 * time.Second)
 		}
@@ -336,8 +369,8 @@ func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string, 
 	return cfg, nil
 }
 
-// LogPath returns the log file of a component: "etcd", "kube-apiserver" or
-// "kube-controller-manager".
+// LogPath returns the log file of a component: "etcd", "kube-apiserver",
+// "kube-controller-manager" or "kube-scheduler".
 func (e *Env) LogPath(component string) string {
 	return filepath.Join(e.Dir, component+".log")
 }

@@ -60,9 +60,15 @@ func (p *process) running() bool {
 	}
 }
 
-// stop sends SIGTERM, and SIGKILL after grace, and waits for the exit.
+// stop sends SIGTERM, and SIGKILL after grace (at once when grace is 0), and waits for
+// the exit.
 func (p *process) stop(grace time.Duration) {
 	if !p.running() {
+		return
+	}
+	if grace == 0 {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
