@@ -93,7 +93,9 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 // server's loopback port (the node has no kube-proxy, so the in-cluster Service address
 // would lead nowhere; evictiond runs on the host network and reaches the API server on
 // loopback), the private containerd's socket, the kubelet's pod logs directory and a state
-// directory inside the cluster's tree. config, when set, replaces config.yaml.
+// directory inside the cluster's tree. The containerd directory is mounted where deploy/
+// mounts /run/containerd: its socket is named containerd.sock there too. config, when set,
+// replaces config.yaml.
 func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
 	dir := filepath.Join(c.Dir, "overlay-run")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -117,13 +119,13 @@ spec:
             - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
             - {name: KUBERNETES_SERVICE_PORT, value: %[3]q}
       volumes:
-        - name: cri-socket
-          hostPath: {path: %[4]q, type: Socket}
+        - name: cri-run
+          hostPath: {path: %[4]q, type: Directory}
         - name: pod-logs
           hostPath: {path: %[5]q, type: DirectoryOrCreate}
         - name: state
           hostPath: {path: %[6]q, type: DirectoryOrCreate}
-`, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Socket, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"))
+`, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"))
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:

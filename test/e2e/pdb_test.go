@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/test/e2e/cluster"
+)
+
+// testPDB is scenario 2. Soft pressure: the top-ranked pod is protected by a
+// PodDisruptionBudget that allows no disruption, so evictiond's eviction is refused (429) and
+// it evicts the next candidate instead. Hard pressure: with only the protected pod left to
+// evict, evictiond follows the escalation (evictions refused, then a direct delete) with a
+// Warning Event at each step.
+func testPDB(t *testing.T, c *cluster.Cluster) {
+	const ns = "e2e-pdb"
+	ctx := context.Background()
+	createNamespace(t, c.Client, ns)
+
+	cm, err := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := cm.Data["config.yaml"]
+	t.Cleanup(func() { setEvictiondConfig(t, c, original) })
+	soft := strings.Replace(original, "evictionMinimumReclaim:",
+		"evictionSoft:\n  allocatableMemory.available: 1100Mi\nevictionSoftGracePeriod:\n  allocatableMemory.available: 2s\nevictionMinimumReclaim:", 1)
+	if soft == original {
+		t.Fatal("the e2e config has no evictionMinimumReclaim section to insert the soft threshold before")
+	}
+	setEvictiondConfig(t, c, soft)
+	waitConfigApplied(t, c, `evictiond_threshold{kind="soft",signal="allocatableMemory.available"}`)
+
+	minAvailable := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "protected"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvailable,
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "protected"}},
+		},
+	}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating PDB: %v", err)
+	}
+	m, err := cluster.ReadPodsMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// protected exceeds its request by far the most (first candidate) and alone leaves
+	// ~1330 MiB available, above the soft 1100Mi threshold; next exceeds its request by
+	// 500 MiB and brings kubepods to ~800 MiB available: under the soft threshold, above the
+	// hard 500Mi. Evicting next ends the pressure (1330 > 1100 + 100Mi minimum reclaim).
+	protectedMiB := (m.Available() >> 20) - 800 - 532
+	pods := []*corev1.Pod{
+		podOnNode(ns, "protected", workloadContainer("memhog", []string{"-rate-mib=400", "-target-mib=" + itoa(protectedMiB)}, resources("cpu", "100m", "memory", "64Mi"), nil)),
+		podOnNode(ns, "next", workloadContainer("memhog", []string{"-rate-mib=400", "-target-mib=532", "-start-delay=3s"}, resources("cpu", "100m", "memory", "32Mi"), nil)),
+	}
+	for _, p := range pods {
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+	}
+	waitPDBStatus(t, c, ns, "protected", 0)
+
+	next, err := c.Client.CoreV1().Pods(ns).Get(ctx, "next", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, c, ns, "next", next.UID, 90*time.Second)
+	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEvictionBlocked) {
+		t.Errorf("no %s event on the protected pod: evictiond did not try it first", kube.EventReasonEvictionBlocked)
+	}
+	evicted := evictionEvents(t, c, ns)
+	if len(evicted) != 1 || evicted[0].InvolvedObject.Name != "next" {
+		t.Fatalf("under soft pressure: Evicted events %v, want exactly one, for next", evicted)
+	}
+	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "protected", metav1.GetOptions{}); err != nil || !podReady(p) || p.DeletionTimestamp != nil {
+		t.Fatalf("protected pod did not survive soft pressure: %v %s", err, describeStatus(p))
+	}
+	t.Logf("soft pressure: eviction of protected refused by its PDB, next evicted instead")
+
+	// Hard pressure: a pod nobody may evict takes kubepods below 500Mi; protected is now the
+	// only candidate, refused by its PDB, and the escalation deletes it.
+	protected, err := c.Client.CoreV1().Pods(ns).Get(ctx, "protected", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdPressure(t, c, "pdb-hard-pressure", 350)
+	t.Cleanup(func() { releasePressure(t, c, "pdb-hard-pressure") })
+	waitPodGone(t, c, ns, "protected", protected.UID, 90*time.Second)
+	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEscalatedToDelete) {
+		t.Errorf("protected pod gone without a %s event", kube.EventReasonEscalatedToDelete)
+	}
+	t.Logf("hard pressure: protected pod deleted through the escalation")
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// waitConfigApplied waits until a metric series of the new configuration appears.
+func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		lines, err := evictiondMetrics(series)
+		return err == nil && len(lines) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("configuration edit not applied after 60s (no %s)\n--- evictiond ---\n%s", series, c.EvictiondLogTail(20))
+	}
+}
+
+func waitPDBStatus(t *testing.T, c *cluster.Cluster, ns, name string, allowed int32) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.CurrentHealthy >= 1 && pdb.Status.DisruptionsAllowed == allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("PDB %s/%s: status never showed %d disruptions allowed with a healthy pod", ns, name, allowed)
+	}
+}
+
+// podEventSeen reports whether an event with reason was recorded on the pod.
+func podEventSeen(t *testing.T, c *cluster.Cluster, ns, pod, reason string) bool {
+	t.Helper()
+	found := false
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.Name == pod && ev.Reason == reason {
+				found = true
+			}
+		}
+		return found, nil
+	})
+	return found
+}
