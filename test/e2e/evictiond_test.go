@@ -41,6 +41,7 @@ func TestEvictiond(t *testing.T) {
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c, prom) })
 	t.Run("PDB", func(t *testing.T) { testPDB(t, c) })
+	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, c) })
 	t.Run("NodeStatusUnderPressure", func(t *testing.T) { testNodeStatusUnderPressure(t, c) })
 	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
 }
