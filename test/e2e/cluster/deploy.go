@@ -126,13 +126,18 @@ spec:
         - name: state
           hostPath: {path: %[6]q, type: DirectoryOrCreate}
 `, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"))
+	// kustomize takes no absolute resource paths: point at the overlay relative to dir.
+	overlay, err := filepath.Rel(dir, filepath.Join(repoRoot, "test", "e2e", "overlay"))
+	if err != nil {
+		return nil, fmt.Errorf("locating the e2e overlay from %s: %w", dir, err)
+	}
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - %s
 patches:
   - path: run-paths.yaml
-`, filepath.Join(repoRoot, "test", "e2e", "overlay"))
+`, overlay)
 	files := map[string]string{"kustomization.yaml": kustomization, "run-paths.yaml": patch}
 	if config != "" {
 		cm := map[string]any{
@@ -216,6 +221,14 @@ func (c *Cluster) WaitEvictiondReady(ctx context.Context, timeout time.Duration)
 			return false, nil
 		}
 		last = fmt.Sprintf("daemonset status %+v; pod %s phase %s", ds.Status, pod.Name, pod.Status.Phase)
+		for _, cs := range pod.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				last += fmt.Sprintf("; container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
+			}
+			if lt := cs.LastTerminationState.Terminated; lt != nil {
+				last += fmt.Sprintf("; container %s last exit %d (%s), restarts %d", cs.Name, lt.ExitCode, lt.Reason, cs.RestartCount)
+			}
+		}
 		if dsReady(ds) && podIsReady(pod) {
 			ready = pod
 			return true, nil
