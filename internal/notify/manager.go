@@ -1,0 +1,299 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Manager runs the fast path: it arms the kernel notifiers, keeps the memcg
+// thresholds in step with inactive_file, runs the poll where needed, and
+// turns everything into Waker.Wake calls.
+type Manager struct {
+	opts    Options
+	waker   *Waker
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu         sync.Mutex
+	thresholds []Threshold
+	mode       CgroupMode
+	notifiers  map[notifierKey]*NotifierStatus
+	pollActive bool
+
+	// rearmRequests asks the kernel loop to recompute memcg thresholds now.
+	rearmRequests chan struct{}
+	// pollWanted nudges the idle poll to re-check whether it is needed.
+	pollWanted chan struct{}
+	// kick wakes the platform's kernel loop (set by runKernel).
+	kick func()
+}
+
+type notifierKey struct {
+	source Source
+	target string
+}
+
+// New validates the options (after defaults) and returns a Manager that will
+// wake w. Nothing is armed before Run.
+func New(opts Options, w *Waker) (*Manager, error) {
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if w == nil {
+		return nil, fmt.Errorf("notify: a Waker is required")
+	}
+	return &Manager{
+		opts:          opts,
+		waker:         w,
+		log:           opts.Logger.With("component", "notify"),
+		metrics:       opts.Metrics,
+		thresholds:    slices.Clone(opts.Thresholds),
+		mode:          opts.Mode,
+		notifiers:     map[notifierKey]*NotifierStatus{},
+		rearmRequests: make(chan struct{}, 1),
+		pollWanted:    make(chan struct{}, 1),
+		kick:          func() {},
+	}, nil
+}
+
+// Run arms the notifiers and blocks until ctx is done. Failures of single
+// notifiers are logged, counted and replaced by the poll; Run itself returns
+// only ctx's end.
+func (m *Manager) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { m.runPoll(ctx) })
+	m.runKernel(ctx)
+	wg.Wait()
+	return ctx.Err()
+}
+
+// Rearm asks for the memcg thresholds to be recomputed now (the loop calls it
+// after a pass that changed memory use, e.g. an eviction). It never blocks.
+func (m *Manager) Rearm() {
+	select {
+	case m.rearmRequests <- struct{}{}:
+	default:
+	}
+	m.mu.Lock()
+	kick := m.kick
+	m.mu.Unlock()
+	kick()
+}
+
+// SetThresholds replaces the watched thresholds (configuration reload) and
+// re-arms.
+func (m *Manager) SetThresholds(ts []Threshold) error {
+	probe := m.opts
+	probe.Thresholds = ts
+	if err := probe.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.thresholds = slices.Clone(ts)
+	m.mu.Unlock()
+	m.Rearm()
+	m.nudgePoll()
+	return nil
+}
+
+// Status returns a snapshot, notifiers sorted by source then target.
+func (m *Manager) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{Mode: m.mode, PollActive: m.pollActive}
+	for _, n := range m.notifiers {
+		st.Notifiers = append(st.Notifiers, *n)
+	}
+	slices.SortFunc(st.Notifiers, func(a, b NotifierStatus) int {
+		if a.Source != b.Source {
+			if a.Source < b.Source {
+				return -1
+			}
+			return 1
+		}
+		if a.Target < b.Target {
+			return -1
+		}
+		if a.Target > b.Target {
+			return 1
+		}
+		return 0
+	})
+	return st
+}
+
+func (m *Manager) currentThresholds() []Threshold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.thresholds)
+}
+
+// deliver is every notifier's single action.
+func (m *Manager) deliver(src Source) {
+	m.metrics.wake(src)
+	m.waker.Wake(src)
+}
+
+// setArmed records a notifier as armed.
+func (m *Manager) setArmed(st NotifierStatus) {
+	st.Mode = ModeArmed
+	m.setStatus(st)
+	m.metrics.armed(st.Source, st.Target, true)
+	m.nudgePoll()
+}
+
+// setDisabled records a notifier turned off by configuration or not applicable.
+func (m *Manager) setDisabled(src Source, target, why string) {
+	m.setStatus(NotifierStatus{Source: src, Target: target, Mode: ModeDisabled, Detail: why})
+	m.metrics.armed(src, target, false)
+	m.nudgePoll()
+}
+
+// fallBack records a notifier that could not be armed or failed: logged at
+// warning level and counted once per transition, then covered by the poll.
+func (m *Manager) fallBack(src Source, target, reason string, err error) {
+	key := notifierKey{src, target}
+	m.mu.Lock()
+	prev, had := m.notifiers[key]
+	already := had && prev.Mode == ModeFallback && prev.Detail == err.Error()
+	m.mu.Unlock()
+	if !already {
+		m.log.Warn("notifier falls back to polling",
+			"notifier", src, "target", target, "reason", reason, "err", err,
+			"pollInterval", m.opts.PollInterval, "pollAvailable", m.opts.ReadMemory != nil)
+		m.metrics.fallback(src, reason)
+	}
+	m.setStatus(NotifierStatus{Source: src, Target: target, Mode: ModeFallback, Detail: err.Error()})
+	m.metrics.armed(src, target, false)
+	m.nudgePoll()
+}
+
+func (m *Manager) setStatus(st NotifierStatus) {
+	key := notifierKey{st.Source, st.Target}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev, ok := m.notifiers[key]; ok && prev.Mode == st.Mode {
+		st.Since = prev.Since
+	} else {
+		st.Since = time.Now()
+	}
+	m.notifiers[key] = &st
+}
+
+func (m *Manager) removeStatus(src Source, target string) {
+	m.mu.Lock()
+	delete(m.notifiers, notifierKey{src, target})
+	m.mu.Unlock()
+}
+
+func (m *Manager) nudgePoll() {
+	select {
+	case m.pollWanted <- struct{}{}:
+	default:
+	}
+}
+
+// pollNeeded: the poll runs when it has a reader and thresholds, and some
+// threshold has no armed memcg notifier or some notifier fell back.
+func (m *Manager) pollNeeded() bool {
+	if m.opts.ReadMemory == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.thresholds) == 0 {
+		return false
+	}
+	for _, t := range m.thresholds {
+		st, ok := m.notifiers[notifierKey{SourceMemcg, t.name()}]
+		if !ok || st.Mode != ModeArmed {
+			return true
+		}
+	}
+	for _, st := range m.notifiers {
+		if st.Mode == ModeFallback {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) setPollActive(active bool) {
+	m.mu.Lock()
+	changed := m.pollActive != active
+	m.pollActive = active
+	m.mu.Unlock()
+	if changed {
+		m.log.Info("fast poll of the memory signals", "active", active, "interval", m.opts.PollInterval)
+		m.metrics.pollActive(active)
+	}
+}
+
+// runPoll polls the memory signals while pollNeeded, and waits otherwise.
+// The first pass after start waits for the kernel notifiers' first arming
+// attempt (a nudge), so a node whose notifiers all arm never polls.
+func (m *Manager) runPoll(ctx context.Context) {
+	met := map[string]bool{}
+	var lastErr string
+	for {
+		if !m.pollNeeded() {
+			m.setPollActive(false)
+			clear(met)
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.pollWanted:
+				continue
+			}
+		}
+		m.setPollActive(true)
+		ticker := time.NewTicker(m.opts.PollInterval)
+		for m.pollNeeded() {
+			lastErr = m.pollOnce(met, lastErr)
+			select {
+			case <-ctx.Done():
+				ticker.Stop()
+				m.setPollActive(false)
+				return
+			case <-ticker.C:
+			}
+		}
+		ticker.Stop()
+	}
+}
+
+// pollOnce reads the memory signals and wakes the loop when any threshold
+// changed sides since the last read (met or no longer met), as a memcg
+// threshold does in both directions.
+func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
+	obs, err := m.opts.ReadMemory()
+	if err != nil {
+		m.metrics.pollError()
+		if err.Error() != lastErr { // one log line per distinct error, not 10 per second
+			m.log.Warn("fast poll could not read the memory signals", "err", err)
+		}
+		return err.Error()
+	}
+	crossed := false
+	for _, t := range m.currentThresholds() {
+		o, ok := obs[t.Signal]
+		if !ok {
+			continue
+		}
+		key := fmt.Sprintf("%s %d %g", t.name(), t.Available, t.Percentage)
+		now := o.Available < t.resolve(o.Capacity)
+		if now != met[key] { // an unseen threshold counts as "not met" before
+			crossed = true
+		}
+		met[key] = now
+	}
+	if crossed {
+		m.deliver(SourcePoll)
+	}
+	return ""
+}
