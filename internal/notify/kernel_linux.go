@@ -32,6 +32,7 @@ func (m *Manager) runKernel(ctx context.Context) {
 	if err != nil {
 		// Without epoll no notifier can run: every one falls back.
 		m.fallBackAll(mode, ReasonFailed, err)
+		m.markArmed()
 		<-ctx.Done()
 		return
 	}
@@ -49,6 +50,7 @@ func (m *Manager) runKernel(ctx context.Context) {
 		"kubepods", m.opts.KubepodsCgroup, "memcgThresholds", m.opts.MemcgThresholds,
 		"psi", m.opts.PSI.Enabled, "memoryEvents", m.opts.MemoryEvents)
 	k.armAll()
+	m.markArmed()
 
 	next := time.Now().Add(m.opts.RearmInterval)
 	for ctx.Err() == nil {

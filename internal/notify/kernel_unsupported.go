@@ -22,5 +22,6 @@ func (m *Manager) runKernel(ctx context.Context) {
 	if m.opts.MemoryEvents {
 		m.fallBack(SourceMemoryEvents, "kubepods", ReasonUnsupported, err)
 	}
+	m.markArmed()
 	<-ctx.Done()
 }

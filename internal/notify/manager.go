@@ -30,7 +30,13 @@ type Manager struct {
 	pollWanted chan struct{}
 	// kick wakes the platform's kernel loop (set by runKernel).
 	kick func()
+
+	armedOnce sync.Once
+	firstArm  chan struct{}
 }
+
+// pollTarget is the poll's NotifierStatus target.
+const pollTarget = "memory signals"
 
 type notifierKey struct {
 	source Source
@@ -58,6 +64,7 @@ func New(opts Options, w *Waker) (*Manager, error) {
 		rearmRequests: make(chan struct{}, 1),
 		pollWanted:    make(chan struct{}, 1),
 		kick:          func() {},
+		firstArm:      make(chan struct{}),
 	}, nil
 }
 
@@ -71,6 +78,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	wg.Wait()
 	return ctx.Err()
 }
+
+// Armed is closed once every notifier made its first arming attempt (armed,
+// fell back or disabled): from then on Status is complete.
+func (m *Manager) Armed() <-chan struct{} { return m.firstArm }
+
+func (m *Manager) markArmed() { m.armedOnce.Do(func() { close(m.firstArm) }) }
 
 // Rearm asks for the memcg thresholds to be recomputed now (the loop calls it
 // after a pass that changed memory use, e.g. an eviction). It never blocks.
@@ -133,8 +146,13 @@ func (m *Manager) currentThresholds() []Threshold {
 	return slices.Clone(m.thresholds)
 }
 
-// deliver is every notifier's single action.
-func (m *Manager) deliver(src Source) {
+// deliver is every notifier's single action: wake the loop.
+func (m *Manager) deliver(src Source, target string) {
+	m.mu.Lock()
+	if st, ok := m.notifiers[notifierKey{src, target}]; ok {
+		st.Notifications++
+	}
+	m.mu.Unlock()
 	m.metrics.wake(src)
 	m.waker.Wake(src)
 }
@@ -177,10 +195,14 @@ func (m *Manager) setStatus(st NotifierStatus) {
 	key := notifierKey{st.Source, st.Target}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev, ok := m.notifiers[key]; ok && prev.Mode == st.Mode {
+	prev, ok := m.notifiers[key]
+	if ok && prev.Mode == st.Mode {
 		st.Since = prev.Since
 	} else {
 		st.Since = time.Now()
+	}
+	if ok {
+		st.Notifications = prev.Notifications
 	}
 	m.notifiers[key] = &st
 }
@@ -228,10 +250,17 @@ func (m *Manager) setPollActive(active bool) {
 	changed := m.pollActive != active
 	m.pollActive = active
 	m.mu.Unlock()
-	if changed {
-		m.log.Info("fast poll of the memory signals", "active", active, "interval", m.opts.PollInterval)
-		m.metrics.pollActive(active)
+	if !changed {
+		return
 	}
+	m.log.Info("fast poll of the memory signals", "active", active, "interval", m.opts.PollInterval)
+	m.metrics.pollActive(active)
+	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
+		Detail: "every threshold is watched by the kernel"}
+	if active {
+		st.Mode, st.Detail = ModeArmed, fmt.Sprintf("every %v", m.opts.PollInterval)
+	}
+	m.setStatus(st)
 }
 
 // runPoll polls the memory signals while pollNeeded, and waits otherwise.
@@ -293,7 +322,7 @@ func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
 		met[key] = now
 	}
 	if crossed {
-		m.deliver(SourcePoll)
+		m.deliver(SourcePoll, pollTarget)
 	}
 	return ""
 }

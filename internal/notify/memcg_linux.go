@@ -110,7 +110,7 @@ func (k *kernelNotifiers) armMemcg() {
 func (k *kernelNotifiers) noteSide(arm *memcgArm, above bool) {
 	if arm.above != above {
 		arm.above = above
-		k.m.deliver(SourceMemcg)
+		k.m.deliver(SourceMemcg, arm.threshold.name())
 	}
 }
 
@@ -124,7 +124,7 @@ func (k *kernelNotifiers) onMemcgEvent(arm *memcgArm, events uint32) {
 	if drainEventfd(arm.eventfd) == 0 {
 		return
 	}
-	k.m.deliver(SourceMemcg)
+	k.m.deliver(SourceMemcg, arm.threshold.name())
 	// The kernel fires in both directions; remember which side usage is on.
 	if usage, err := readInt64File(arm.dir + "/memory.usage_in_bytes"); err == nil {
 		arm.above = usage >= arm.usageThreshold

@@ -89,7 +89,7 @@ func (k *kernelNotifiers) onMemoryEvents(events uint32) {
 	grew := memoryEventsIncreased(w.counters, after)
 	w.counters = after
 	if len(grew) > 0 {
-		k.m.deliver(SourceMemoryEvents)
+		k.m.deliver(SourceMemoryEvents, w.path)
 		k.m.log.Debug("kubepods memory events", "file", w.path, "grew", grew, "counters", after)
 	}
 }

@@ -90,7 +90,7 @@ func (k *kernelNotifiers) onPSIEvent(arm *psiArm, events uint32) {
 		return
 	}
 	if events&unix.EPOLLPRI != 0 {
-		k.m.deliver(SourcePSI)
+		k.m.deliver(SourcePSI, arm.path)
 	}
 }
 

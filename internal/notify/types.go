@@ -199,6 +199,8 @@ type NotifierStatus struct {
 	Window, Stall time.Duration
 	// Since is when the notifier entered this mode.
 	Since time.Time
+	// Notifications delivered by this notifier since it was first armed.
+	Notifications uint64
 }
 
 // Status is a snapshot of the fast path.
