@@ -172,12 +172,20 @@ func (h *helper) do(format string, args ...any) []string {
 // CLOCK_MONOTONIC time just before the first touch.
 func (h *helper) alloc(n int64) time.Duration {
 	h.t.Helper()
+	start, _ := h.allocTimed(n)
+	return start
+}
+
+// allocTimed is alloc that also returns the time after the last touch.
+func (h *helper) allocTimed(n int64) (start, end time.Duration) {
+	h.t.Helper()
 	reply := h.do("alloc %d", n)
-	ns, err := strconv.ParseInt(reply[0], 10, 64)
-	if err != nil {
-		h.t.Fatal(err)
+	s, err1 := strconv.ParseInt(reply[0], 10, 64)
+	e, err2 := strconv.ParseInt(reply[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		h.t.Fatalf("helper alloc reply %q", reply)
 	}
-	return time.Duration(ns)
+	return time.Duration(s), time.Duration(e)
 }
 
 func (h *helper) freeAll() { h.t.Helper(); h.do("free") }
@@ -192,7 +200,8 @@ func monotonicNow() time.Duration {
 // runHelper serves commands, one per line:
 //
 //	ping                    -> ok
-//	alloc BYTES             -> ok <monotonic ns before the first touch>
+//	alloc BYTES             -> ok <monotonic ns before the first touch> <after the last>
+//	freelast                -> ok (unmaps the latest allocation)
 //	free                    -> ok (unmaps every allocation)
 //	writefile PATH BYTES    -> ok (page cache charged to this memcg)
 //	thrash PATH SECONDS     -> ok (re-reads PATH, dropping its cache first)
@@ -220,7 +229,13 @@ func runHelper(in io.Reader, out io.Writer) int {
 				b[i] = 1
 			}
 			regions = append(regions, b)
-			reply("ok %d", int64(start))
+			reply("ok %d %d", int64(start), int64(monotonicNow()))
+		case "freelast":
+			if len(regions) > 0 {
+				_ = unix.Munmap(regions[len(regions)-1])
+				regions = regions[:len(regions)-1]
+			}
+			reply("ok")
 		case "free":
 			for _, b := range regions {
 				_ = unix.Munmap(b)

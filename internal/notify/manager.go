@@ -267,6 +267,11 @@ func (m *Manager) setPollActive(active bool) {
 // The first pass after start waits for the kernel notifiers' first arming
 // attempt (a nudge), so a node whose notifiers all arm never polls.
 func (m *Manager) runPoll(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-m.firstArm:
+	}
 	met := map[string]bool{}
 	var lastErr string
 	for {

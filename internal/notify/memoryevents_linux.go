@@ -86,6 +86,9 @@ func (k *kernelNotifiers) onMemoryEvents(events uint32) {
 		return
 	}
 	after := parseFlatKeyed(data)
+	if _, ok := after["max"]; !ok {
+		return // not a memory.events snapshot (a writer caught mid-update); wait for the next
+	}
 	grew := memoryEventsIncreased(w.counters, after)
 	w.counters = after
 	if len(grew) > 0 {

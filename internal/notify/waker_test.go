@@ -52,3 +52,11 @@ func TestWakerWakesAgainAfterTake(t *testing.T) {
 		t.Fatalf("Take().Sources = %v, want memory_events:1", got.Sources)
 	}
 }
+
+// BenchmarkWakerWake is the cost a notifier pays per notification.
+func BenchmarkWakerWake(b *testing.B) {
+	w := NewWaker()
+	for range b.N {
+		w.Wake(SourceMemcg)
+	}
+}
