@@ -41,6 +41,13 @@ func (m *Manager) runKernel(ctx context.Context) {
 	m.mode = mode
 	m.kick = r.kick
 	m.mu.Unlock()
+	defer func() {
+		// Before the reactor's fds close: a later Rearm must not write to a
+		// closed (and maybe reused) fd number.
+		m.mu.Lock()
+		m.kick = func() {}
+		m.mu.Unlock()
+	}()
 	stop := context.AfterFunc(ctx, r.kick)
 	defer stop()
 

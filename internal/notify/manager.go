@@ -93,9 +93,8 @@ func (m *Manager) Rearm() {
 	default:
 	}
 	m.mu.Lock()
-	kick := m.kick
-	m.mu.Unlock()
-	kick()
+	defer m.mu.Unlock()
+	m.kick() // under the lock: runKernel swaps it out before closing its fds
 }
 
 // SetThresholds replaces the watched thresholds (configuration reload) and
