@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -247,12 +248,29 @@ func (m *SignalMap) UnmarshalJSON(data []byte) error {
 		*m = SignalMap{Flag: s, IsFlag: true}
 		return nil
 	}
-	values := map[string]string{}
-	if err := json.Unmarshal(data, &values); err != nil {
+	var generic map[string]any
+	if err := json.Unmarshal(data, &generic); err != nil {
 		return err
+	}
+	values := make(map[string]string, len(generic))
+	for k, v := range generic {
+		switch v := v.(type) {
+		case string:
+			values[k] = v
+		case float64, bool:
+			// YAML turns 1 into a number; keep its text so Compile can judge it.
+			values[k] = fmt.Sprint(v)
+		default:
+			values[k] = string(mustJSON(v))
+		}
 	}
 	*m = SignalMap{Values: values}
 	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // MarshalJSON writes the mapping form.

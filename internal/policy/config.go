@@ -1,0 +1,663 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// FieldError is one problem with the configuration: the field, the value
+// found there and the rule it breaks. Its text is "field: value: rule".
+type FieldError struct {
+	Field string
+	// Key is the map key (a signal) under Field, if any.
+	Key   string
+	Value string
+	Rule  string
+}
+
+func (e FieldError) path() string {
+	switch {
+	case e.Field == "":
+		return e.Key
+	case e.Key == "":
+		return e.Field
+	}
+	return e.Field + "[" + e.Key + "]"
+}
+
+func (e FieldError) Error() string {
+	return fmt.Sprintf("%s: %q: %s", e.path(), e.Value, e.Rule)
+}
+
+// FieldErrors is every problem found in one configuration.
+type FieldErrors []FieldError
+
+func (es FieldErrors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Config is a validated, compiled configuration.
+type Config struct {
+	// Thresholds are the hard and soft thresholds, including derived
+	// allocatableMemory.available ones but excluding containerfs.* (which
+	// depend on the filesystem layout; see ThresholdsFor).
+	Thresholds                    []Threshold
+	PressureTransitionPeriod      time.Duration
+	MaxPodGracePeriodSeconds      int64
+	LocalStorageCapacityIsolation bool
+	EnforceNodeAllocatablePods    bool
+
+	LoopInterval      time.Duration
+	PodCleanupTimeout time.Duration
+
+	HousekeepingInterval time.Duration
+	MemoryFormula        string
+
+	Notifier       NotifierConfig
+	Escalation     EscalationConfig
+	RateLimits     RateLimitConfig
+	APIUnreachable APIUnreachableConfig
+	Exclusions     ExclusionConfig
+	NodeStatus     NodeStatusConfig
+	Reclaim        ReclaimConfig
+	DryRun         bool
+
+	// Normalized is the document with every default applied.
+	Normalized EvictionConfiguration
+	// Warnings are accepted settings that have no effect (as the kubelet
+	// logs them), e.g. explicit containerfs.* thresholds.
+	Warnings []string
+}
+
+// NotifierConfig is the compiled NotifierSettings.
+type NotifierConfig struct {
+	MemcgThresholds bool
+	MemoryEvents    bool
+	PSIEnabled      bool
+	PSIType         string
+	PSIStall        time.Duration
+	PSIWindow       time.Duration
+	PollInterval    time.Duration
+}
+
+// EscalationConfig is the compiled PDBEscalationSettings.
+type EscalationConfig struct {
+	MaxCandidates int
+	Delete        bool
+}
+
+// RateLimitConfig is the compiled RateLimitSettings.
+type RateLimitConfig struct {
+	MaxPerPass int
+	PerMinute  float64
+	Burst      int
+	Cooldown   time.Duration
+}
+
+// APIUnreachableConfig is the compiled APIUnreachableSettings.
+type APIUnreachableConfig struct {
+	CRIStop bool
+	After   time.Duration
+}
+
+// ExclusionConfig is the compiled ExclusionSettings.
+type ExclusionConfig struct {
+	Namespaces    map[string]bool
+	PodSelector   labels.Selector // nil: none
+	DaemonSetPods bool
+	MinPodAge     time.Duration
+}
+
+// NodeStatusConfig is the compiled NodeStatusSettings.
+type NodeStatusConfig struct {
+	Conditions       bool
+	ReassertInterval time.Duration
+	// Taints maps a condition to the effect of evictiond's taint for it; a
+	// condition with no entry gets no taint.
+	Taints map[v1.NodeConditionType]v1.TaintEffect
+}
+
+// ReclaimConfig is the compiled ReclaimSettings.
+type ReclaimConfig struct {
+	CRIEndpoint    string
+	ContainerGC    bool
+	PodLogs        bool
+	ImageGC        bool
+	ImageMinAge    time.Duration
+	PinnedImages   []string
+	ImageStateFile string
+}
+
+// Defaults not expressed by the kubelet.
+const (
+	DefaultPressureTransitionPeriod = 5 * time.Minute
+	DefaultLoopInterval             = time.Second
+	DefaultPodCleanupTimeout        = 30 * time.Second
+	DefaultHousekeepingInterval     = 10 * time.Second
+	DefaultPollInterval             = 100 * time.Millisecond
+	DefaultCRIEndpoint              = "unix:///run/containerd/containerd.sock"
+	DefaultImageStateFile           = "/var/lib/evictiond/images.json"
+
+	MemoryFormulaWorkingSet   = "workingSet"
+	MemoryFormulaMemAvailable = "memAvailable"
+)
+
+// Decode reads a configuration document strictly: unknown or duplicate
+// fields and values of the wrong type are errors naming the field.
+// requireHeader demands apiVersion and kind (a config file); a simulate
+// scenario's embedded config may omit them.
+func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldErrors) {
+	jsonData, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, FieldErrors{{Field: "(document)", Value: firstLine(err.Error()), Rule: "must be valid YAML without duplicate keys"}}
+	}
+	var cfg EvictionConfiguration
+	if string(jsonData) == "null" {
+		jsonData = []byte("{}")
+	}
+	strictErrs, err := kjson.UnmarshalStrict(jsonData, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, FieldErrors{decodeError(err)}
+	}
+	var errs FieldErrors
+	for _, se := range strictErrs {
+		errs = append(errs, strictError(se))
+	}
+	if requireHeader || cfg.APIVersion != "" || cfg.Kind != "" {
+		if cfg.APIVersion != APIVersion {
+			errs = append(errs, FieldError{Field: "apiVersion", Value: cfg.APIVersion, Rule: "must be " + APIVersion})
+		}
+		if cfg.Kind != Kind {
+			errs = append(errs, FieldError{Field: "kind", Value: cfg.Kind, Rule: "must be " + Kind})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &cfg, nil
+}
+
+// Load decodes and compiles a configuration file's contents.
+func Load(data []byte) (*Config, FieldErrors) {
+	raw, errs := Decode(data, true)
+	if errs != nil {
+		return nil, errs
+	}
+	return Compile(*raw)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// strictError turns sigs.k8s.io/json's strict errors ("unknown field
+// \"a.b\"", "duplicate field \"a\"") into field errors.
+func strictError(err error) FieldError {
+	msg := err.Error()
+	for _, kind := range []string{"unknown field", "duplicate field"} {
+		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
+			return FieldError{Field: strings.Trim(rest, `"`), Value: strings.Trim(rest, `"`), Rule: kind + ": not part of " + Kind}
+		}
+	}
+	return FieldError{Field: "(document)", Value: msg, Rule: "must match the " + Kind + " schema"}
+}
+
+// decodeError turns a JSON type error into a field error.
+func decodeError(err error) FieldError {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return FieldError{Field: te.Field, Value: te.Value, Rule: "must be of type " + typeName(te.Type.String())}
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return FieldError{Field: "(document)", Value: se.Error(), Rule: "must be valid YAML"}
+	}
+	return FieldError{Field: "(document)", Value: firstLine(err.Error()), Rule: "must match the " + Kind + " schema"}
+}
+
+func typeName(t string) string {
+	switch {
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "integer"
+	case strings.HasPrefix(t, "float"):
+		return "number"
+	case t == "bool":
+		return "boolean (true or false)"
+	case t == "string":
+		return "string"
+	case strings.HasPrefix(t, "map"), strings.HasPrefix(t, "policy."):
+		return "mapping"
+	case strings.HasPrefix(t, "[]"):
+		return "list"
+	}
+	return t
+}
+
+// compiler collects errors while compiling.
+type compiler struct{ errs FieldErrors }
+
+func (c *compiler) fail(field, key, value, rule string) {
+	c.errs = append(c.errs, FieldError{Field: field, Key: key, Value: value, Rule: rule})
+}
+
+// duration parses a duration field; empty yields def. min bounds it below.
+func (c *compiler) duration(field, val string, def, min, max time.Duration) time.Duration {
+	if val == "" {
+		return def
+	}
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		c.fail(field, "", val, "must be a duration like 30s, 1m30s or 500ms")
+		return def
+	}
+	if d < min {
+		c.fail(field, "", val, fmt.Sprintf("must be at least %v", min))
+		return def
+	}
+	if max > 0 && d > max {
+		c.fail(field, "", val, fmt.Sprintf("must be at most %v", max))
+		return def
+	}
+	return d
+}
+
+func boolOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// signalMap resolves a SignalMap's flag form into its mapping, reporting
+// flag-form errors under field.
+func (c *compiler) signalMap(field string, m *SignalMap, thresholds bool) map[string]string {
+	if m == nil {
+		return nil
+	}
+	if !m.IsFlag {
+		if m.Values == nil {
+			return map[string]string{}
+		}
+		return m.Values
+	}
+	values, errs := ParseFlagForm(m.Flag, thresholds)
+	for _, e := range errs {
+		e.Field = field
+		c.errs = append(c.errs, e)
+	}
+	return values
+}
+
+// Compile validates a configuration and compiles it. Every problem is
+// reported, not just the first.
+func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
+	c := &compiler{}
+	cfg := &Config{}
+
+	hard := c.signalMap("evictionHard", raw.EvictionHard, true)
+	soft := c.signalMap("evictionSoft", raw.EvictionSoft, true)
+	grace := c.signalMap("evictionSoftGracePeriod", raw.EvictionSoftGracePeriod, false)
+	minReclaim := c.signalMap("evictionMinimumReclaim", raw.EvictionMinimumReclaim, false)
+
+	// Defaults (cmd/kubelet/app/server.go): nil -> defaults; merge fills gaps.
+	if raw.EvictionHard == nil {
+		hard = copyMap(DefaultEvictionHard)
+	} else if raw.MergeDefaultEvictionSettings {
+		hard = copyMap(hard)
+		for k, v := range DefaultEvictionHard {
+			if _, ok := hard[k]; !ok {
+				hard[k] = v
+			}
+		}
+	}
+
+	checkSignals := func(field string, m map[string]string) {
+		for _, k := range sortedKeys(m) {
+			if !Signal(k).Valid() {
+				c.fail(field, k, m[k], "unsupported eviction signal; one of "+signalList())
+			}
+		}
+	}
+	checkSignals("evictionHard", hard)
+	checkSignals("evictionSoft", soft)
+	checkSignals("evictionSoftGracePeriod", grace)
+	checkSignals("evictionMinimumReclaim", minReclaim)
+
+	graces := map[Signal]time.Duration{}
+	for _, k := range sortedKeys(grace) {
+		if !Signal(k).Valid() {
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(grace[k]))
+		switch {
+		case err != nil:
+			c.fail("evictionSoftGracePeriod", k, grace[k], "must be a duration like 1m30s")
+		case d < 0:
+			c.fail("evictionSoftGracePeriod", k, grace[k], "invalid eviction grace period, must be a positive value")
+		default:
+			graces[Signal(k)] = d
+		}
+	}
+	reclaims := map[Signal]*ThresholdValue{}
+	for _, k := range sortedKeys(minReclaim) {
+		if !Signal(k).Valid() {
+			continue
+		}
+		v, err := parseMinReclaim(Signal(k), minReclaim[k])
+		if err != nil {
+			c.fail("evictionMinimumReclaim", k, minReclaim[k], err.Error())
+			continue
+		}
+		reclaims[Signal(k)] = v
+	}
+
+	var explicitContainerFs []string
+	addThresholds := func(field string, m map[string]string, isSoft bool) {
+		for _, k := range sortedKeys(m) {
+			sig := Signal(k)
+			if !sig.Valid() {
+				continue
+			}
+			v, rawVal, err := parseThresholdValue(sig, m[k])
+			if err != nil {
+				c.fail(field, k, m[k], err.Error())
+				continue
+			}
+			if v == nil {
+				continue // 0% / 100%: disabled
+			}
+			t := Threshold{Signal: sig, Value: *v, Raw: rawVal, MinReclaim: reclaims[sig]}
+			if isSoft {
+				gp, ok := graces[sig]
+				if !ok {
+					c.fail(field, k, m[k], "grace period must be specified for the soft eviction threshold in evictionSoftGracePeriod")
+					continue
+				}
+				t.GracePeriod = gp
+			}
+			if sig == SignalContainerFsAvailable || sig == SignalContainerFsInodesFree {
+				explicitContainerFs = append(explicitContainerFs, field+"["+k+"]")
+				continue
+			}
+			cfg.Thresholds = append(cfg.Thresholds, t)
+		}
+	}
+	addThresholds("evictionHard", hard, false)
+	addThresholds("evictionSoft", soft, true)
+	if len(explicitContainerFs) > 0 {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s ignored: containerfs thresholds are derived from the nodefs (or, with a dedicated imagefs, imagefs) thresholds, as the kubelet does", strings.Join(explicitContainerFs, ", ")))
+	}
+
+	// enforceNodeAllocatable
+	enforce := raw.EnforceNodeAllocatable
+	if enforce == nil {
+		enforce = []string{"pods"}
+	}
+	for _, e := range enforce {
+		switch e {
+		case "pods":
+			cfg.EnforceNodeAllocatablePods = true
+		case "system-reserved", "kube-reserved", "none":
+		default:
+			c.fail("enforceNodeAllocatable", "", e, "must be one of pods, system-reserved, kube-reserved, none")
+		}
+	}
+	if cfg.EnforceNodeAllocatablePods {
+		cfg.Thresholds = addAllocatableThresholds(cfg.Thresholds)
+	}
+	sortThresholds(cfg.Thresholds)
+
+	cfg.PressureTransitionPeriod = c.duration("evictionPressureTransitionPeriod", raw.EvictionPressureTransitionPeriod, DefaultPressureTransitionPeriod, 0, 0)
+	if cfg.PressureTransitionPeriod == 0 {
+		cfg.PressureTransitionPeriod = DefaultPressureTransitionPeriod // as the kubelet's defaulting does
+	}
+	if raw.EvictionMaxPodGracePeriod < 0 {
+		c.fail("evictionMaxPodGracePeriod", "", fmt.Sprint(raw.EvictionMaxPodGracePeriod), "must be >= 0 seconds")
+	}
+	cfg.MaxPodGracePeriodSeconds = int64(raw.EvictionMaxPodGracePeriod)
+	cfg.LocalStorageCapacityIsolation = boolOr(raw.LocalStorageCapacityIsolation, true)
+
+	cfg.LoopInterval = c.duration("loop.interval", raw.Loop.Interval, DefaultLoopInterval, 10*time.Millisecond, time.Minute)
+	cfg.PodCleanupTimeout = c.duration("loop.podCleanupTimeout", raw.Loop.PodCleanupTimeout, DefaultPodCleanupTimeout, time.Second, 10*time.Minute)
+
+	cfg.HousekeepingInterval = c.duration("stats.housekeepingInterval", raw.Stats.HousekeepingInterval, DefaultHousekeepingInterval, time.Second, 5*time.Minute)
+	cfg.MemoryFormula = raw.Stats.MemoryFormula
+	switch cfg.MemoryFormula {
+	case "":
+		cfg.MemoryFormula = MemoryFormulaWorkingSet
+	case MemoryFormulaWorkingSet, MemoryFormulaMemAvailable:
+	default:
+		c.fail("stats.memoryFormula", "", cfg.MemoryFormula, "must be workingSet or memAvailable")
+	}
+
+	n := raw.Notifier
+	cfg.Notifier = NotifierConfig{
+		MemcgThresholds: boolOr(n.MemcgThresholds, true),
+		MemoryEvents:    boolOr(n.MemoryEvents, true),
+		PSIEnabled:      boolOr(n.PSI.Enabled, true),
+		PSIType:         n.PSI.Type,
+		PSIStall:        c.duration("notifier.psi.stall", n.PSI.Stall, 100*time.Millisecond, time.Millisecond, 10*time.Second),
+		PSIWindow:       c.duration("notifier.psi.window", n.PSI.Window, 2*time.Second, 500*time.Millisecond, 10*time.Second),
+		PollInterval:    c.duration("notifier.pollInterval", n.PollInterval, DefaultPollInterval, 10*time.Millisecond, 10*time.Second),
+	}
+	switch cfg.Notifier.PSIType {
+	case "":
+		cfg.Notifier.PSIType = "some"
+	case "some", "full":
+	default:
+		c.fail("notifier.psi.type", "", n.PSI.Type, "must be some or full")
+	}
+	if cfg.Notifier.PSIStall > cfg.Notifier.PSIWindow {
+		c.fail("notifier.psi.stall", "", n.PSI.Stall, "must not exceed notifier.psi.window ("+cfg.Notifier.PSIWindow.String()+")")
+	}
+
+	e := raw.Eviction
+	cfg.Escalation = EscalationConfig{MaxCandidates: e.PDBEscalation.MaxCandidates, Delete: boolOr(e.PDBEscalation.Delete, true)}
+	if cfg.Escalation.MaxCandidates == 0 {
+		cfg.Escalation.MaxCandidates = 3
+	} else if cfg.Escalation.MaxCandidates < 0 {
+		c.fail("eviction.pdbEscalation.maxCandidates", "", fmt.Sprint(e.PDBEscalation.MaxCandidates), "must be at least 1")
+	}
+	rl := e.RateLimits
+	cfg.RateLimits = RateLimitConfig{MaxPerPass: rl.MaxPerPass, PerMinute: rl.PerMinute, Burst: rl.Burst,
+		Cooldown: c.duration("eviction.rateLimits.cooldown", rl.Cooldown, time.Second, 0, time.Hour)}
+	if rl.MaxPerPass < 0 {
+		c.fail("eviction.rateLimits.maxPerPass", "", fmt.Sprint(rl.MaxPerPass), "must be at least 1")
+	} else if rl.MaxPerPass == 0 {
+		cfg.RateLimits.MaxPerPass = 3
+	}
+	if rl.PerMinute < 0 {
+		c.fail("eviction.rateLimits.perMinute", "", fmt.Sprint(rl.PerMinute), "must be positive")
+	} else if rl.PerMinute == 0 {
+		cfg.RateLimits.PerMinute = 10
+	}
+	if rl.Burst < 0 {
+		c.fail("eviction.rateLimits.burst", "", fmt.Sprint(rl.Burst), "must be at least 1")
+	} else if rl.Burst == 0 {
+		cfg.RateLimits.Burst = 3
+	}
+	cfg.APIUnreachable = APIUnreachableConfig{CRIStop: e.APIUnreachable.CRIStop,
+		After: c.duration("eviction.apiUnreachable.after", e.APIUnreachable.After, 10*time.Second, time.Second, time.Hour)}
+
+	x := raw.Exclusions
+	cfg.Exclusions = ExclusionConfig{Namespaces: map[string]bool{}, DaemonSetPods: boolOr(x.DaemonSetPods, true),
+		MinPodAge: c.duration("exclusions.minPodAge", x.MinPodAge, 0, 0, 0)}
+	for _, ns := range x.Namespaces {
+		if ns == "" {
+			c.fail("exclusions.namespaces", "", ns, "must be a namespace name")
+		}
+		cfg.Exclusions.Namespaces[ns] = true
+	}
+	if x.PodSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(x.PodSelector)
+		if err != nil {
+			c.fail("exclusions.podSelector", "", fmt.Sprint(x.PodSelector), "must be a valid label selector: "+err.Error())
+		} else {
+			cfg.Exclusions.PodSelector = sel
+		}
+	}
+
+	ns := raw.NodeStatus
+	cfg.NodeStatus = NodeStatusConfig{Conditions: boolOr(ns.Conditions, true),
+		ReassertInterval: c.duration("nodeStatus.reassertInterval", ns.ReassertInterval, time.Second, 100*time.Millisecond, time.Minute),
+		Taints:           map[v1.NodeConditionType]v1.TaintEffect{}}
+	if boolOr(ns.Taints.Enabled, true) {
+		for _, te := range []struct {
+			field string
+			cond  v1.NodeConditionType
+			val   *string
+			def   v1.TaintEffect
+		}{
+			{"nodeStatus.taints.memoryPressure", v1.NodeMemoryPressure, ns.Taints.MemoryPressure, v1.TaintEffectPreferNoSchedule},
+			{"nodeStatus.taints.diskPressure", v1.NodeDiskPressure, ns.Taints.DiskPressure, v1.TaintEffectNoSchedule},
+			{"nodeStatus.taints.pidPressure", v1.NodePIDPressure, ns.Taints.PIDPressure, v1.TaintEffectNoSchedule},
+		} {
+			effect := te.def
+			if te.val != nil {
+				effect = v1.TaintEffect(*te.val)
+			}
+			switch effect {
+			case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule:
+				cfg.NodeStatus.Taints[te.cond] = effect
+			case "":
+			default:
+				c.fail(te.field, "", string(effect), `must be NoSchedule, PreferNoSchedule or "" (no taint)`)
+			}
+		}
+	}
+
+	r := raw.Reclaim
+	cfg.Reclaim = ReclaimConfig{CRIEndpoint: r.CRIEndpoint, ContainerGC: boolOr(r.ContainerGC, true), PodLogs: boolOr(r.PodLogs, true),
+		ImageGC: boolOr(r.ImageGC.Enabled, true), ImageMinAge: c.duration("reclaim.imageGC.minAge", r.ImageGC.MinAge, 2*time.Minute, 0, 0),
+		PinnedImages: r.ImageGC.PinnedImages, ImageStateFile: r.ImageGC.StateFile}
+	if cfg.Reclaim.CRIEndpoint == "" {
+		cfg.Reclaim.CRIEndpoint = DefaultCRIEndpoint
+	} else if !strings.HasPrefix(cfg.Reclaim.CRIEndpoint, "unix://") {
+		c.fail("reclaim.criEndpoint", "", r.CRIEndpoint, "must be a unix:// socket address")
+	}
+	if cfg.Reclaim.ImageStateFile == "" {
+		cfg.Reclaim.ImageStateFile = DefaultImageStateFile
+	} else if !strings.HasPrefix(cfg.Reclaim.ImageStateFile, "/") {
+		c.fail("reclaim.imageGC.stateFile", "", r.ImageGC.StateFile, "must be an absolute path")
+	}
+	cfg.DryRun = raw.DryRun
+
+	if len(c.errs) > 0 {
+		return nil, c.errs
+	}
+	cfg.Normalized = normalize(raw, cfg, hard, soft, grace, minReclaim)
+	return cfg, nil
+}
+
+// addAllocatableThresholds copies every hard memory.available threshold into
+// an allocatableMemory.available one (the kubelet's addAllocatableThresholds),
+// unless the user set a hard allocatableMemory.available threshold explicitly.
+func addAllocatableThresholds(ts []Threshold) []Threshold {
+	for _, t := range ts {
+		if t.Signal == SignalAllocatableMemoryAvailable && t.Hard() {
+			return ts
+		}
+	}
+	out := ts
+	for _, t := range ts {
+		if t.Signal == SignalMemoryAvailable && t.Hard() {
+			d := t
+			d.Signal = SignalAllocatableMemoryAvailable
+			d.DerivedFrom = SignalMemoryAvailable
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// normalize fills every default into the document, for `validate` and the
+// agent's start-up log.
+func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minReclaim map[string]string) EvictionConfiguration {
+	n := raw
+	n.APIVersion, n.Kind = APIVersion, Kind
+	n.EvictionHard = &SignalMap{Values: orEmpty(hard)}
+	n.EvictionSoft = &SignalMap{Values: orEmpty(soft)}
+	n.EvictionSoftGracePeriod = &SignalMap{Values: orEmpty(grace)}
+	n.EvictionMinimumReclaim = &SignalMap{Values: orEmpty(minReclaim)}
+	n.EvictionPressureTransitionPeriod = cfg.PressureTransitionPeriod.String()
+	if n.EnforceNodeAllocatable == nil {
+		n.EnforceNodeAllocatable = []string{"pods"}
+	}
+	n.LocalStorageCapacityIsolation = ptr(cfg.LocalStorageCapacityIsolation)
+	n.Loop = LoopSettings{Interval: cfg.LoopInterval.String(), PodCleanupTimeout: cfg.PodCleanupTimeout.String()}
+	n.Stats = StatsSettings{HousekeepingInterval: cfg.HousekeepingInterval.String(), MemoryFormula: cfg.MemoryFormula}
+	nc := cfg.Notifier
+	n.Notifier = NotifierSettings{MemcgThresholds: ptr(nc.MemcgThresholds), MemoryEvents: ptr(nc.MemoryEvents),
+		PSI:          PSITriggerSettings{Enabled: ptr(nc.PSIEnabled), Type: nc.PSIType, Stall: nc.PSIStall.String(), Window: nc.PSIWindow.String()},
+		PollInterval: nc.PollInterval.String()}
+	n.Eviction = EvictionSettings{
+		PDBEscalation:  PDBEscalationSettings{MaxCandidates: cfg.Escalation.MaxCandidates, Delete: ptr(cfg.Escalation.Delete)},
+		RateLimits:     RateLimitSettings{MaxPerPass: cfg.RateLimits.MaxPerPass, PerMinute: cfg.RateLimits.PerMinute, Burst: cfg.RateLimits.Burst, Cooldown: cfg.RateLimits.Cooldown.String()},
+		APIUnreachable: APIUnreachableSettings{CRIStop: cfg.APIUnreachable.CRIStop, After: cfg.APIUnreachable.After.String()},
+	}
+	n.Exclusions.DaemonSetPods = ptr(cfg.Exclusions.DaemonSetPods)
+	n.Exclusions.MinPodAge = cfg.Exclusions.MinPodAge.String()
+	n.NodeStatus = NodeStatusSettings{Conditions: ptr(cfg.NodeStatus.Conditions), ReassertInterval: cfg.NodeStatus.ReassertInterval.String(),
+		Taints: TaintSettings{Enabled: ptr(len(cfg.NodeStatus.Taints) > 0 || raw.NodeStatus.Taints.Enabled == nil || *raw.NodeStatus.Taints.Enabled),
+			MemoryPressure: ptr(string(cfg.NodeStatus.Taints[v1.NodeMemoryPressure])),
+			DiskPressure:   ptr(string(cfg.NodeStatus.Taints[v1.NodeDiskPressure])),
+			PIDPressure:    ptr(string(cfg.NodeStatus.Taints[v1.NodePIDPressure]))}}
+	rc := cfg.Reclaim
+	n.Reclaim = ReclaimSettings{CRIEndpoint: rc.CRIEndpoint, ContainerGC: ptr(rc.ContainerGC), PodLogs: ptr(rc.PodLogs),
+		ImageGC: ImageGCSettings{Enabled: ptr(rc.ImageGC), MinAge: rc.ImageMinAge.String(), PinnedImages: rc.PinnedImages, StateFile: rc.ImageStateFile}}
+	return n
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func signalList() string {
+	names := make([]string, 0, len(signals))
+	for _, s := range Signals() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+// MarshalYAML renders the normalized configuration as YAML.
+func (c *Config) MarshalYAML() ([]byte, error) {
+	return yaml.Marshal(c.Normalized)
+}

@@ -1,0 +1,329 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// SystemCriticalPriority is the kubelet's critical-pod priority cut-off.
+const SystemCriticalPriority = 2000000000
+
+// podInfo is a pod with the values ranking needs, computed once per pass.
+type podInfo struct {
+	pod      *v1.Pod
+	stats    PodStats
+	hasStats bool
+	priority int32
+	memReq   int64
+	diskReq  int64 // ephemeral-storage request
+	memUsage int64
+	procs    int64
+	disk     int64 // usage on the filesystems the signal ranks by
+}
+
+// fsUsage selects which usage a disk signal ranks by (the kubelet's
+// fsStatsType lists per layout, buildSignalToRankFunc).
+type fsUsage struct {
+	root, logs, localVolumes bool
+	inodes                   bool
+}
+
+func rankUsage(s Signal, layout FilesystemLayout) fsUsage {
+	u := fsUsage{inodes: s.Resource() == ResourceInodes}
+	fs := signalFilesystem(s, layout)
+	switch {
+	case !layout.DedicatedImageFs:
+		u.root, u.logs, u.localVolumes = true, true, true
+	case layout.SplitContainerFs:
+		if fs == fsNode {
+			u.root, u.logs, u.localVolumes = true, true, true
+		} // imagefs ranks by images, which pods' stats do not hold
+	default:
+		if fs == fsNode {
+			u.logs, u.localVolumes = true, true
+		} else {
+			u.root = true
+		}
+	}
+	return u
+}
+
+// localVolumeNames lists the volumes the kubelet counts as local: hostPath,
+// disk-backed emptyDir, configMap and gitRepo.
+func localVolumeNames(pod *v1.Pod) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.HostPath != nil,
+			v.EmptyDir != nil && v.EmptyDir.Medium != v1.StorageMediumMemory,
+			v.ConfigMap != nil,
+			v.GitRepo != nil:
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+func val(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// diskUsage sums a pod's usage over the selected filesystem stats.
+func diskUsage(pod *v1.Pod, st PodStats, u fsUsage) int64 {
+	var total int64
+	for _, c := range st.Containers {
+		if u.root {
+			if u.inodes {
+				total += val(c.RootfsInodes)
+			} else {
+				total += val(c.RootfsBytes)
+			}
+		}
+		if u.logs {
+			if u.inodes {
+				total += val(c.LogsInodes)
+			} else {
+				total += val(c.LogsBytes)
+			}
+		}
+	}
+	if u.localVolumes {
+		for _, name := range localVolumeNames(pod) {
+			vs, ok := st.Volumes[name]
+			if !ok {
+				continue
+			}
+			if u.inodes {
+				total += val(vs.InodesUsed)
+			} else {
+				total += val(vs.UsedBytes)
+			}
+		}
+	}
+	return total
+}
+
+func podPriority(pod *v1.Pod) int32 {
+	if pod.Spec.Priority != nil {
+		return *pod.Spec.Priority
+	}
+	return 0
+}
+
+func requestOf(reqs v1.ResourceList, name v1.ResourceName) int64 {
+	if q, ok := reqs[name]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLayout) podInfo {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	pi := podInfo{pod: pod, priority: podPriority(pod),
+		memReq: requestOf(reqs, v1.ResourceMemory), diskReq: requestOf(reqs, v1.ResourceEphemeralStorage)}
+	pi.stats, pi.hasStats = stats[pod.UID]
+	if pi.hasStats {
+		pi.memUsage = val(pi.stats.MemoryWorkingSet)
+		pi.procs = val(pi.stats.Processes)
+		if s.Resource() == ResourceEphemeralStorage || s.Resource() == ResourceInodes {
+			pi.disk = diskUsage(pod, pi.stats, rankUsage(s, layout))
+		}
+	}
+	return pi
+}
+
+// cmpFunc compares two pods: negative puts a first.
+type cmpFunc func(a, b *podInfo) int
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// withStats wraps a stats-based comparator: pods without stats rank first.
+func withStats(f cmpFunc) cmpFunc {
+	return func(a, b *podInfo) int {
+		if !a.hasStats || !b.hasStats {
+			return cmpBool(!a.hasStats, !b.hasStats)
+		}
+		return f(a, b)
+	}
+}
+
+var (
+	exceedMemoryRequests = withStats(func(a, b *podInfo) int { return cmpBool(a.memUsage > a.memReq, b.memUsage > b.memReq) })
+	byPriority           = func(a, b *podInfo) int { return cmpInt(int64(a.priority), int64(b.priority)) }
+	byMemory             = withStats(func(a, b *podInfo) int { return cmpInt(b.memUsage-b.memReq, a.memUsage-a.memReq) })
+	byProcess            = withStats(func(a, b *podInfo) int { return cmpInt(b.procs, a.procs) })
+)
+
+// exceedDiskRequests: for inodes the request is 0, so any usage exceeds.
+func exceedDiskRequests(inodes bool) cmpFunc {
+	req := func(p *podInfo) int64 {
+		if inodes {
+			return 0
+		}
+		return p.diskReq
+	}
+	return withStats(func(a, b *podInfo) int { return cmpBool(a.disk > req(a), b.disk > req(b)) })
+}
+
+// byDisk: larger usage - ephemeral-storage request first; the kubelet
+// subtracts the ephemeral-storage request even for inodes, and so do we.
+var byDisk = withStats(func(a, b *podInfo) int { return cmpInt(b.disk-b.diskReq, a.disk-a.diskReq) })
+
+// rankFuncs are the kubelet's rank functions per signal.
+func rankFuncs(s Signal) []cmpFunc {
+	switch s.Resource() {
+	case ResourceMemory:
+		return []cmpFunc{exceedMemoryRequests, byPriority, byMemory}
+	case ResourcePIDs:
+		return []cmpFunc{byPriority, byProcess}
+	case ResourceInodes:
+		return []cmpFunc{exceedDiskRequests(true), byPriority, byDisk}
+	default:
+		return []cmpFunc{exceedDiskRequests(false), byPriority, byDisk}
+	}
+}
+
+// rankPods sorts pods for a signal with the kubelet's multi-key order; ties
+// on every key keep namespace/name order so the result is deterministic.
+func rankPods(pods []podInfo, s Signal) {
+	fns := rankFuncs(s)
+	sort.SliceStable(pods, func(i, j int) bool {
+		a, b := &pods[i], &pods[j]
+		for _, f := range fns {
+			if c := f(a, b); c != 0 {
+				return c < 0
+			}
+		}
+		return podKey(a.pod) < podKey(b.pod)
+	})
+}
+
+func podKey(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// rankReason explains a pod's place in the ranking with the keys that put it there.
+func rankReason(p *podInfo, s Signal, rank, of int) string {
+	head := fmt.Sprintf("ranked %d of %d for %s", rank, of, s)
+	if !p.hasStats {
+		return head + ": no usage stats (the kubelet ranks pods without stats first)"
+	}
+	switch s.Resource() {
+	case ResourceMemory:
+		exceeds := "within"
+		if p.memUsage > p.memReq {
+			exceeds = "exceeds"
+		}
+		return fmt.Sprintf("%s: %s its memory request (working set %s, request %s), priority %d, %s above request",
+			head, exceeds, fmtBytes(p.memUsage), fmtBytes(p.memReq), p.priority, fmtBytes(p.memUsage-p.memReq))
+	case ResourcePIDs:
+		return fmt.Sprintf("%s: priority %d, %d processes", head, p.priority, p.procs)
+	case ResourceInodes:
+		return fmt.Sprintf("%s: uses %d inodes, priority %d", head, p.disk, p.priority)
+	default:
+		exceeds := "within"
+		if p.disk > p.diskReq {
+			exceeds = "exceeds"
+		}
+		return fmt.Sprintf("%s: %s its ephemeral-storage request (usage %s, request %s), priority %d, %s above request",
+			head, exceeds, fmtBytes(p.disk), fmtBytes(p.diskReq), p.priority, fmtBytes(p.disk-p.diskReq))
+	}
+}
+
+// fmtBytes formats bytes as the kubelet does (BinarySI quantity).
+func fmtBytes(n int64) string {
+	return resource.NewQuantity(n, resource.BinarySI).String()
+}
+
+// FormatValue renders an observation or threshold value in a signal's unit:
+// bytes as BinarySI quantities, inodes and PIDs as counts, PSI as the stall
+// percentage.
+func FormatValue(s Signal, v int64) string {
+	switch {
+	case s.IsPSI():
+		return fmt.Sprintf("%.2f%%", float64(PSIScale-v)/100)
+	case s.Resource() == ResourceInodes || s.Resource() == ResourcePIDs:
+		return resource.NewQuantity(v, resource.DecimalSI).String()
+	}
+	return fmtBytes(v)
+}
+
+// evictionMessage builds the kubelet-style message and Event annotations for
+// evicting pod under threshold t.
+func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string]string) {
+	res := t.Signal.Resource()
+	var b strings.Builder
+	if t.Signal.IsPSI() {
+		fmt.Fprintf(&b, "The node was low on resource: %s. Pressure stall %s: %s, threshold: %s. ",
+			res, t.Signal, FormatValue(t.Signal, o.Available), t.Raw)
+	} else {
+		fmt.Fprintf(&b, "The node was low on resource: %s. ", res)
+		fmt.Fprintf(&b, "Threshold quantity: %s, available: %s. ", thresholdText(t, o.Capacity), FormatValue(t.Signal, o.Available))
+	}
+	var names, usages []string
+	if res == ResourceMemory || res == ResourceEphemeralStorage {
+		reqName := v1.ResourceMemory
+		if res == ResourceEphemeralStorage {
+			reqName = v1.ResourceEphemeralStorage
+		}
+		all := append(append([]v1.Container(nil), p.pod.Spec.InitContainers...), p.pod.Spec.Containers...)
+		for _, c := range all {
+			cs, ok := p.stats.Containers[c.Name]
+			if !ok {
+				continue
+			}
+			var usage int64
+			var known bool
+			if res == ResourceMemory {
+				usage, known = val(cs.MemoryWorkingSet), cs.MemoryWorkingSet != nil
+			} else {
+				usage, known = val(cs.RootfsBytes)+val(cs.LogsBytes), cs.RootfsBytes != nil || cs.LogsBytes != nil
+			}
+			req := c.Resources.Requests[reqName]
+			if known && usage > req.Value() {
+				fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of %s. ", c.Name, fmtBytes(usage), req.String(), res)
+				names = append(names, c.Name)
+				usages = append(usages, fmtBytes(usage))
+			}
+		}
+	}
+	ann := map[string]string{
+		"offending_containers":       strings.Join(names, ","),
+		"offending_containers_usage": strings.Join(usages, ","),
+		"starved_resource":           string(res),
+	}
+	return b.String(), ann
+}
+
+// thresholdText is the threshold as a quantity: the user's quantity, or a
+// percentage resolved against capacity.
+func thresholdText(t Threshold, capacity int64) string {
+	if t.Value.Quantity != nil {
+		return t.Value.Quantity.String()
+	}
+	return FormatValue(t.Signal, t.quantity(capacity))
+}

@@ -1,0 +1,219 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// ThresholdValue is a threshold or minimum reclaim: a quantity, or a
+// percentage of the signal's capacity.
+type ThresholdValue struct {
+	Quantity   *resource.Quantity
+	Percentage float32
+}
+
+// Resolve returns the value in the signal's unit against capacity, as the
+// kubelet's GetThresholdQuantity does.
+func (v ThresholdValue) Resolve(capacity int64) int64 {
+	if v.Quantity != nil {
+		return v.Quantity.Value()
+	}
+	return int64(float64(capacity) * float64(v.Percentage))
+}
+
+// Threshold is one compiled eviction threshold.
+type Threshold struct {
+	Signal Signal
+	Value  ThresholdValue
+	// GracePeriod is zero for hard thresholds.
+	GracePeriod time.Duration
+	MinReclaim  *ThresholdValue
+	// Raw is the value as the user wrote it ("500Mi", "10%", or for PSI the
+	// stall percentage "40%").
+	Raw string
+	// DerivedFrom names the signal a derived threshold was copied from
+	// (allocatableMemory.available from memory.available, containerfs.* from
+	// nodefs.* or imagefs.*).
+	DerivedFrom Signal
+}
+
+// Hard reports whether the threshold is hard (no grace period), the
+// kubelet's isHardEvictionThreshold.
+func (t Threshold) Hard() bool { return t.GracePeriod == 0 }
+
+// id is a stable key for per-threshold state (the kubelet keys by a struct
+// holding pointers; evictiond keys by signal and kind).
+func (t Threshold) id() string {
+	if t.Hard() {
+		return string(t.Signal) + "/hard"
+	}
+	return string(t.Signal) + "/soft"
+}
+
+// quantity is the threshold resolved against capacity.
+func (t Threshold) quantity(capacity int64) int64 { return t.Value.Resolve(capacity) }
+
+// minReclaim is the minimum reclaim resolved against capacity (0 if none).
+func (t Threshold) minReclaim(capacity int64) int64 {
+	if t.MinReclaim == nil {
+		return 0
+	}
+	return t.MinReclaim.Resolve(capacity)
+}
+
+// DefaultEvictionHard are the kubelet's Linux defaults (defaults_linux.go).
+var DefaultEvictionHard = map[string]string{
+	"memory.available":   "100Mi",
+	"nodefs.available":   "10%",
+	"nodefs.inodesFree":  "5%",
+	"imagefs.available":  "15%",
+	"imagefs.inodesFree": "5%",
+}
+
+// parseThresholdValue parses one threshold statement's value with the
+// kubelet's rules (parseThresholdStatement). It returns nil, nil for "0%" and
+// "100%", which disable the signal. For PSI signals the value is a stall
+// percentage and is turned into PSIScale headroom.
+func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, error) {
+	val = strings.TrimSpace(val)
+	if val == "" {
+		return nil, "", fmt.Errorf("must not be empty")
+	}
+	if strings.HasSuffix(val, "%") {
+		if val == "0%" || val == "100%" {
+			return nil, "", nil
+		}
+		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
+		if err != nil {
+			return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		}
+		if p < 0 {
+			return nil, "", fmt.Errorf("eviction percentage threshold must be >= 0%%")
+		}
+		if p > 100 {
+			return nil, "", fmt.Errorf("eviction percentage threshold must be <= 100%%")
+		}
+		pct := float32(p / 100)
+		if signal.IsPSI() {
+			// Stall above pct <=> headroom below 1-pct.
+			pct = 1 - pct
+		}
+		return &ThresholdValue{Percentage: pct}, val, nil
+	}
+	if signal.IsPSI() {
+		return nil, "", fmt.Errorf("a pressure stall threshold is a percentage of time stalled, like 40%%")
+	}
+	q, err := resource.ParseQuantity(val)
+	if err != nil {
+		return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+	}
+	if q.Sign() <= 0 {
+		return nil, "", fmt.Errorf("eviction threshold must be positive")
+	}
+	return &ThresholdValue{Quantity: &q}, val, nil
+}
+
+// parseMinReclaim parses a minimum reclaim value with the kubelet's rules.
+func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
+	val = strings.TrimSpace(val)
+	if strings.HasSuffix(val, "%") {
+		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
+		if err != nil {
+			return nil, fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		}
+		if p <= 0 {
+			return nil, fmt.Errorf("eviction percentage minimum reclaim must be positive")
+		}
+		if p > 100 {
+			return nil, fmt.Errorf("eviction percentage minimum reclaim must be <= 100%%")
+		}
+		return &ThresholdValue{Percentage: float32(p / 100)}, nil
+	}
+	if signal.IsPSI() {
+		return nil, fmt.Errorf("a pressure stall minimum reclaim is a percentage of time stalled, like 5%%")
+	}
+	q, err := resource.ParseQuantity(val)
+	if err != nil {
+		return nil, fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+	}
+	if q.Sign() < 0 {
+		return nil, fmt.Errorf("negative eviction minimum reclaim")
+	}
+	return &ThresholdValue{Quantity: &q}, nil
+}
+
+// ParseFlagForm parses the kubelet's flag form of a signal map:
+// "memory.available<500Mi,nodefs.available<10%" for thresholds (sep "<", and
+// ">" for PSI signals) or "memory.available=1m30s" for grace periods and
+// minimum reclaim (sep "="). A signal may appear only once. Errors name the
+// statement, its value and the rule.
+func ParseFlagForm(s string, thresholds bool) (map[string]string, []FieldError) {
+	out := map[string]string{}
+	var errs []FieldError
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return out, nil
+	}
+	for _, stmt := range strings.Split(s, ",") {
+		stmt = strings.TrimSpace(stmt)
+		if stmt == "" {
+			continue
+		}
+		var signal, val string
+		var ok bool
+		if thresholds {
+			i := strings.IndexAny(stmt, "<>")
+			if i < 0 {
+				errs = append(errs, FieldError{Value: stmt, Rule: `a statement is <signal><<value>, like memory.available<500Mi`})
+				continue
+			}
+			signal, val = strings.TrimSpace(stmt[:i]), strings.TrimSpace(stmt[i+1:])
+			op := stmt[i]
+			sig := Signal(signal)
+			if sig.Valid() {
+				switch {
+				case sig.IsPSI() && op != '>':
+					errs = append(errs, FieldError{Key: signal, Value: stmt, Rule: `a pressure stall threshold uses ">", like ` + signal + `>40%`})
+					continue
+				case !sig.IsPSI() && op != '<':
+					errs = append(errs, FieldError{Key: signal, Value: stmt, Rule: `only "<" is supported for ` + signal})
+					continue
+				}
+			}
+			ok = true
+		} else {
+			signal, val, ok = strings.Cut(stmt, "=")
+			signal, val = strings.TrimSpace(signal), strings.TrimSpace(val)
+			if !ok {
+				errs = append(errs, FieldError{Value: stmt, Rule: `a statement is <signal>=<value>, like memory.available=1m30s`})
+				continue
+			}
+		}
+		if _, dup := out[signal]; dup {
+			errs = append(errs, FieldError{Key: signal, Value: stmt, Rule: "duplicate signal: each signal may appear once"})
+			continue
+		}
+		out[signal] = val
+	}
+	return out, errs
+}
+
+// sortThresholds orders thresholds for stable output: by signal registry
+// order, hard before soft.
+func sortThresholds(ts []Threshold) {
+	order := map[Signal]int{}
+	for i, s := range Signals() {
+		order[s] = i
+	}
+	sort.SliceStable(ts, func(i, j int) bool {
+		if order[ts[i].Signal] != order[ts[j].Signal] {
+			return order[ts[i].Signal] < order[ts[j].Signal]
+		}
+		return ts[i].Hard() && !ts[j].Hard()
+	})
+}

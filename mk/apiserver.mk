@@ -1,0 +1,21 @@
+# API server test tier: a real etcd + kube-apiserver + kube-controller-manager started by
+# the tests themselves (internal/testenv/apiserver). Binaries are built from the Go module
+# proxy and cached by version (hack/k8s-binaries.sh); etcd comes from Debian.
+EVICTIOND_CACHE ?= /var/cache/evictiond
+K8S_VERSION     ?= v1.35.4
+K8S_BIN         := $(EVICTIOND_CACHE)/k8s/$(K8S_VERSION)/bin
+APISERVER_PKGS  ?= ./internal/kube/... ./internal/testenv/apiserver/...
+
+DEPS  += k8s-binaries etcd-package
+TIERS += test-apiserver
+
+.PHONY: k8s-binaries etcd-package test-apiserver
+
+k8s-binaries:
+	EVICTIOND_CACHE=$(EVICTIOND_CACHE) K8S_VERSION=$(K8S_VERSION) ./hack/k8s-binaries.sh
+
+etcd-package:
+	./hack/install-deps.sh etcd-server
+
+test-apiserver: k8s-binaries etcd-package
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 20m $(APISERVER_PKGS)
