@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -281,9 +282,17 @@ func writeBytes(path string, n int64) error {
 	return nil
 }
 
-// thrash re-reads a file larger than the memcg, so its page cache is
-// reclaimed and refaulted over and over: memory stall.
+// thrash re-reads a file larger than the memcg from two goroutines, so its
+// page cache is reclaimed and refaulted over and over: memory stall.
 func thrash(path string, d time.Duration) error {
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- thrashOnce(path, d) }()
+	}
+	return errors.Join(<-errs, <-errs)
+}
+
+func thrashOnce(path string, d time.Duration) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err

@@ -161,10 +161,17 @@ func (m *Manager) memoryEventsPath() string {
 	return filepath.Join(m.kubepodsUnifiedDir(CgroupModeV2), "memory.events")
 }
 
+// errUnsupported marks arming errors that mean the kernel or hierarchy lacks
+// the interface (rather than a missing cgroup).
+var errUnsupported = errors.New("not supported by this kernel or cgroup hierarchy")
+
 // reasonFor classifies an arming error for the fallback metric.
 func reasonFor(err error) string {
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
+	switch {
+	case errors.Is(err, errUnsupported), errors.Is(err, unix.EOPNOTSUPP):
 		return ReasonUnsupported
+	case errors.Is(err, unix.ENOENT):
+		return ReasonNotFound
 	}
 	return ReasonArmFailed
 }

@@ -248,12 +248,14 @@ func (m *Manager) setPollActive(active bool) {
 	m.mu.Lock()
 	changed := m.pollActive != active
 	m.pollActive = active
+	if changed {
+		m.metrics.pollActive(active) // under the lock: Status and the metric agree
+	}
 	m.mu.Unlock()
 	if !changed {
 		return
 	}
 	m.log.Info("fast poll of the memory signals", "active", active, "interval", m.opts.PollInterval)
-	m.metrics.pollActive(active)
 	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
 		Detail: "every threshold is watched by the kernel"}
 	if active {

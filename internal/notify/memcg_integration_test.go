@@ -3,7 +3,9 @@
 package notify
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -178,8 +180,8 @@ func TestFallbackPollTakesOverWhenMemcgArmingFails(t *testing.T) {
 	if st := notifierStatus(t, m, SourceMemcg, hardAllocatable); st.Mode != ModeFallback {
 		t.Fatalf("memcg notifier on a missing memcg: %+v, want fallback", st)
 	}
-	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonUnsupported)); got != 1 {
-		t.Fatalf("evictiond_notifier_fallback_total{memcg,unsupported} = %v, want 1", got)
+	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonNotFound)); got != 1 {
+		t.Fatalf("evictiond_notifier_fallback_total{memcg,not_found} = %v, want 1", got)
 	}
 	waitFor(t, 2*time.Second, "the poll to start", func() bool { return m.Status().PollActive })
 	if got := testutil.ToFloat64(metrics.PollActive); got != 1 {
@@ -194,7 +196,7 @@ func TestFallbackPollTakesOverWhenMemcgArmingFails(t *testing.T) {
 
 	// Retrying keeps failing on the same error: counted once, not every 200ms.
 	time.Sleep(500 * time.Millisecond)
-	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonUnsupported)); got != 1 {
+	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonNotFound)); got != 1 {
 		t.Fatalf("fallback counted %v times for one unchanged failure, want 1", got)
 	}
 
@@ -231,5 +233,48 @@ func TestSetThresholdsRearmsAndDropsNotifiers(t *testing.T) {
 	})
 	if err := m.SetThresholds([]Threshold{{Signal: policy.SignalNodeFsAvailable, Available: 1}}); err == nil {
 		t.Fatal("SetThresholds accepted a disk signal")
+	}
+}
+
+// An armed notifier whose memcg disappears fails visibly at run time: the
+// kernel signals the eventfd as the memcg goes offline, the next re-arm
+// cannot sample it, and the poll takes over.
+func TestMemcgNotifierFailingAtRunTimeFallsBackToPoll(t *testing.T) {
+	requireMemcgV1(t)
+	name := uniqueName(t)
+	dir := filepath.Join(v1MemoryRoot, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	writeFile(t, filepath.Join(dir, "memory.limit_in_bytes"), strconv.FormatInt(256*mib, 10))
+	measured := makeMemcg(t, uniqueName(t), 256*mib)
+
+	w := NewWaker()
+	metrics := NewMetrics()
+	m := startManager(t, Options{
+		Mode:            CgroupModeV1,
+		KubepodsCgroup:  name,
+		MemcgThresholds: true,
+		RearmInterval:   200 * time.Millisecond,
+		Thresholds:      []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 64 * mib}},
+		ReadMemory:      memcgReader(measured),
+		Metrics:         metrics,
+	}, w)
+	if st := notifierStatus(t, m, SourceMemcg, hardAllocatable); st.Mode != ModeArmed {
+		t.Fatalf("not armed: %+v", st)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatalf("removing the watched memcg: %v", err)
+	}
+	waitFor(t, 3*time.Second, "the notifier to fall back", func() bool {
+		return notifierStatus(t, m, SourceMemcg, hardAllocatable).Mode == ModeFallback
+	})
+	waitFor(t, 2*time.Second, "the poll to start", func() bool { return m.Status().PollActive })
+	if got := testutil.ToFloat64(metrics.Armed.WithLabelValues("memcg", hardAllocatable)); got != 0 {
+		t.Fatalf("evictiond_notifier_armed{memcg} = %v after failure, want 0", got)
+	}
+	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonNotFound)); got != 1 {
+		t.Fatalf("evictiond_notifier_fallback_total{memcg,not_found} = %v, want 1", got)
 	}
 }

@@ -156,6 +156,10 @@ func registerUsageThreshold(dir string, threshold int64) (int, error) {
 	defer usage.Close()
 	controlPath := dir + "/cgroup.event_control"
 	control, err := os.OpenFile(controlPath, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		// The memcg exists (its usage file opened) but has no event control.
+		return -1, fmt.Errorf("opening %s: %w: %w", controlPath, errUnsupported, err)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("opening %s: %w", controlPath, err)
 	}

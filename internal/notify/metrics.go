@@ -5,7 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // Fallback reasons (metric label values, a closed set).
 const (
 	ReasonUnsupported = "unsupported" // the kernel or hierarchy has no such notifier
-	ReasonArmFailed   = "arm_failed"  // arming returned an error
+	ReasonNotFound    = "not_found"   // the cgroup or file is missing (not created yet, or removed)
+	ReasonArmFailed   = "arm_failed"  // arming returned another error
 	ReasonFailed      = "failed"      // an armed notifier reported an error later
 	ReasonNoLimit     = "no_limit"    // the memcg has no memory limit to measure against
 )

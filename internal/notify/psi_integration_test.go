@@ -13,11 +13,16 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// A process re-reading a 400Mi file inside a 64Mi memcg thrashes its page
-// cache; the PSI triggers on /proc/pressure/memory and on its cgroup's
+// A process re-reading a 100Mi file inside a 64Mi memcg thrashes its page
+// cache: the file is larger than the memcg but within twice its size, so the
+// kernel recognises the refaults as workingset and counts the waits as memory
+// stall (a file much larger than the memcg streams through without stalling).
+// The PSI triggers on /proc/pressure/memory and on the process's cgroup's
 // memory.pressure (the cgroup2 "unified" hierarchy of this hybrid host, where
 // PSI is tracked per cgroup without the memory controller) both fire. The
-// requested 1s window is refused without CAP_SYS_RESOURCE and adapted to 2s.
+// requested 10ms/1s trigger is refused without CAP_SYS_RESOURCE and adapted to
+// 20ms/2s. (Measured here: such thrashing stalls the cgroup 3-6% of the time
+// on this machine's fast virtual disk, so the trigger is set low.)
 func TestPSITriggerFiresWhenProcessThrashesPageCacheInSmallMemcg(t *testing.T) {
 	requireMemcgV1(t)
 	requirePSI(t)
@@ -32,7 +37,7 @@ func TestPSITriggerFiresWhenProcessThrashesPageCacheInSmallMemcg(t *testing.T) {
 	// Written and synced by the test (outside the memcg); the helper drops it
 	// from the page cache before reading, so every read faults.
 	file := filepath.Join(t.TempDir(), "thrash")
-	if err := writeBytes(file, 400*mib); err != nil {
+	if err := writeBytes(file, 100*mib); err != nil {
 		t.Fatal(err)
 	}
 	syncFile(t, file)
@@ -43,7 +48,7 @@ func TestPSITriggerFiresWhenProcessThrashesPageCacheInSmallMemcg(t *testing.T) {
 	m := startManager(t, Options{
 		Mode:           CgroupModeV1,
 		KubepodsCgroup: name,
-		PSI:            PSIOptions{Enabled: true, Type: PSISome, Stall: 50 * time.Millisecond, Window: time.Second},
+		PSI:            PSIOptions{Enabled: true, Type: PSISome, Stall: 10 * time.Millisecond, Window: time.Second},
 		Metrics:        metrics,
 	}, w)
 
@@ -54,14 +59,14 @@ func TestPSITriggerFiresWhenProcessThrashesPageCacheInSmallMemcg(t *testing.T) {
 		if st.Mode != ModeArmed {
 			t.Fatalf("PSI trigger on %s: %+v, want armed", f, st)
 		}
-		if os.Getenv("NOTIFY_TEST_PRIVILEGED_PSI") == "" && (st.Window != 2*time.Second || st.Stall != 100*time.Millisecond) {
-			t.Fatalf("PSI trigger on %s armed as stall %v window %v, want the unprivileged adaptation 100ms/2s", f, st.Stall, st.Window)
+		if os.Getenv("NOTIFY_TEST_PRIVILEGED_PSI") == "" && (st.Window != 2*time.Second || st.Stall != 20*time.Millisecond) {
+			t.Fatalf("PSI trigger on %s armed as stall %v window %v, want the unprivileged adaptation 20ms/2s", f, st.Stall, st.Window)
 		}
 	}
 
 	drain(w)
 	thrashed := make(chan struct{})
-	go func() { defer close(thrashed); h.do("thrash %s %d", file, 5) }()
+	go func() { defer close(thrashed); h.do("thrash %s %d", file, 6) }()
 	expectWake(t, w, SourcePSI, 10*time.Second)
 	waitFor(t, 10*time.Second, "the kubepods cgroup's own trigger to fire", func() bool {
 		return notifierStatus(t, m, SourcePSI, podsFile).Notifications > 0

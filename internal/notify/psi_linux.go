@@ -60,6 +60,9 @@ func (k *kernelNotifiers) armPSITarget(path string, required bool) {
 	}
 	fd, stall, window, err := openPSITrigger(path, m.opts.PSI.Type, m.opts.PSI.Stall, m.opts.PSI.Window)
 	if err != nil {
+		if path == m.nodePressurePath() && errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("%w (no PSI: kernel without CONFIG_PSI or booted with psi=0): %w", errUnsupported, err)
+		}
 		m.fallBack(SourcePSI, path, reasonFor(err), err)
 		return
 	}
