@@ -278,3 +278,47 @@ func TestMemcgNotifierFailingAtRunTimeFallsBackToPoll(t *testing.T) {
 		t.Fatalf("evictiond_notifier_fallback_total{memcg,not_found} = %v, want 1", got)
 	}
 }
+
+// The root memcg's threshold (memory.available) fires when node usage crosses
+// it: the threshold is put 512Mi above the node's usage and a child process
+// allocates 1Gi. (Other processes on the machine move node usage too; the
+// margin keeps them from crossing it in the test's few seconds.)
+func TestMemcgRootThresholdWakesWhenNodeUsageCrossesIt(t *testing.T) {
+	requireMemcgV1(t)
+	h := startHelper(t, makeMemcg(t, uniqueName(t), 2048*mib))
+	sample, err := readMemcgV1(v1MemoryRoot, true, "/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	available := sample.Capacity + sample.InactiveFile - sample.Usage - 512*mib
+	w := NewWaker()
+	m := startManager(t, Options{
+		Mode:            CgroupModeV1,
+		MemcgThresholds: true,
+		RearmInterval:   MaxRearmInterval,
+		Thresholds:      []Threshold{{Signal: policy.SignalMemoryAvailable, Hard: true, Available: available}},
+	}, w)
+	st := notifierStatus(t, m, SourceMemcg, "hard memory.available")
+	if st.Mode != ModeArmed {
+		t.Fatalf("root memcg threshold not armed: %+v", st)
+	}
+	drain(w)
+	woke := make(chan time.Duration, 1)
+	go func() { // the decision loop's stand-in; the test goroutine enforces the timeout
+		for range w.C() {
+			at := monotonicNow()
+			if w.Take().Sources[SourceMemcg] > 0 {
+				woke <- at
+				return
+			}
+		}
+	}()
+	touchStart, touchEnd := h.allocTimed(1024 * mib)
+	select {
+	case at := <-woke:
+		t.Logf("root memcg threshold: woke %v into a 1Gi touch that took %v (the crossing is about half way); usage now %d, threshold %d",
+			at-touchStart, touchEnd-touchStart, readInt(t, v1MemoryRoot+"/memory.usage_in_bytes"), st.UsageThreshold)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake from the root memcg threshold within 10s")
+	}
+}

@@ -52,6 +52,9 @@ const (
 	CgroupModeV2
 )
 
+// MarshalText writes the mode as auto, v1 or v2.
+func (m CgroupMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
 func (m CgroupMode) String() string {
 	switch m {
 	case CgroupModeV1:
@@ -185,28 +188,29 @@ const (
 
 // NotifierStatus is the state of one notifier.
 type NotifierStatus struct {
-	Source Source
+	Source Source `json:"notifier"`
 	// Target says what it watches: a threshold ("hard memory.available"), or
 	// a file (/proc/pressure/memory).
-	Target string
-	Mode   Mode
+	Target string `json:"target"`
+	Mode   Mode   `json:"mode"`
 	// Detail explains the mode: the error, or what was armed.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 	// UsageThreshold is the armed memcg threshold in bytes of
 	// memory.usage_in_bytes (memcg only).
-	UsageThreshold int64
+	UsageThreshold int64 `json:"usageThresholdBytes,omitempty"`
 	// Window and Stall actually written (PSI only).
-	Window, Stall time.Duration
+	Window time.Duration `json:"window,omitempty"`
+	Stall  time.Duration `json:"stall,omitempty"`
 	// Since is when the notifier entered this mode.
-	Since time.Time
+	Since time.Time `json:"since"`
 	// Notifications delivered by this notifier since it was first armed.
-	Notifications uint64
+	Notifications uint64 `json:"notifications"`
 }
 
 // Status is a snapshot of the fast path.
 type Status struct {
-	Mode      CgroupMode
-	Notifiers []NotifierStatus
+	Mode      CgroupMode       `json:"cgroupMode"`
+	Notifiers []NotifierStatus `json:"notifiers"`
 	// PollActive: the fast poll is running.
-	PollActive bool
+	PollActive bool `json:"pollActive"`
 }
