@@ -180,7 +180,13 @@ func (m *Manager) fallBack(src Source, target, reason string, err error) {
 	already := had && prev.Mode == ModeFallback && prev.Detail == err.Error()
 	m.mu.Unlock()
 	if !already {
-		m.log.Warn("notifier falls back to polling",
+		// A notifier this kernel or hierarchy does not have (memcg thresholds
+		// on cgroup v2) is the expected state there: Info, not Warn.
+		level := slog.LevelWarn
+		if reason == ReasonUnsupported {
+			level = slog.LevelInfo
+		}
+		m.log.Log(context.Background(), level, "notifier falls back to polling",
 			"notifier", src, "target", target, "reason", reason, "err", err,
 			"pollInterval", m.opts.PollInterval, "pollAvailable", m.opts.ReadMemory != nil)
 		m.metrics.fallback(src, reason)

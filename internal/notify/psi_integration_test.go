@@ -66,8 +66,10 @@ func TestPSITriggerFiresWhenProcessThrashesPageCacheInSmallMemcg(t *testing.T) {
 
 	drain(w)
 	thrashed := make(chan struct{})
+	start := time.Now()
 	go func() { defer close(thrashed); h.do("thrash %s %d", file, 6) }()
 	expectWake(t, w, SourcePSI, 10*time.Second)
+	t.Logf("first PSI wake %v after the thrashing started", time.Since(start))
 	waitFor(t, 10*time.Second, "the kubepods cgroup's own trigger to fire", func() bool {
 		return notifierStatus(t, m, SourcePSI, podsFile).Notifications > 0
 	})
