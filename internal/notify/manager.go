@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,7 @@ type Manager struct {
 
 	armedOnce sync.Once
 	firstArm  chan struct{}
+	ran       atomic.Bool
 }
 
 // pollTarget is the poll's NotifierStatus target.
@@ -70,8 +72,11 @@ func New(opts Options, w *Waker) (*Manager, error) {
 
 // Run arms the notifiers and blocks until ctx is done. Failures of single
 // notifiers are logged, counted and replaced by the poll; Run itself returns
-// only ctx's end.
+// only ctx's end. A Manager runs once.
 func (m *Manager) Run(ctx context.Context) error {
+	if !m.ran.CompareAndSwap(false, true) {
+		return fmt.Errorf("notify: Manager.Run called twice")
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { m.runPoll(ctx) })
 	m.runKernel(ctx)
