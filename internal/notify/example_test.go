@@ -10,7 +10,8 @@ import (
 )
 
 // The daemon's wiring: one decision loop woken by its ticker or by the fast
-// path, reading fresh numbers on every pass.
+// path, reading fresh numbers on every pass. With internal/agent, pass
+// waker.C() as agent.Options.Wake.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -33,6 +34,14 @@ func Example() {
 		return
 	}
 	go fastPath.Run(ctx)
+
+	// On a configuration reload (agent.Options.OnConfig):
+	onConfig := func(cfg *policy.Config) {
+		if err := fastPath.Reconfigure(notify.OptionsFromConfig(cfg)); err != nil {
+			slog.Error("notifier settings rejected; the running ones stay", "err", err)
+		}
+	}
+	_ = onConfig
 
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()

@@ -21,7 +21,9 @@ type kernelNotifiers struct {
 	mode  CgroupMode
 	memcg map[string]*memcgArm // by Threshold.name()
 	psi   map[string]*psiArm   // by pressure file path
-	event *memoryEventsWatch
+	// psiArmedWith: the trigger settings of the armed PSI triggers.
+	psiArmedWith PSIOptions
+	event        *memoryEventsWatch
 }
 
 // runKernel arms the notifiers, serves their events and re-arms every
@@ -53,9 +55,10 @@ func (m *Manager) runKernel(ctx context.Context) {
 
 	k := &kernelNotifiers{m: m, r: r, mode: mode, memcg: map[string]*memcgArm{}, psi: map[string]*psiArm{}}
 	defer k.closeAll()
+	s := m.current()
 	m.log.Info("arming kernel notifiers", "cgroupMode", mode, "cgroupRoot", m.opts.CgroupRoot,
-		"kubepods", m.opts.KubepodsCgroup, "memcgThresholds", m.opts.MemcgThresholds,
-		"psi", m.opts.PSI.Enabled, "memoryEvents", m.opts.MemoryEvents)
+		"kubepods", m.opts.KubepodsCgroup, "memcgThresholds", s.MemcgThresholds,
+		"psi", s.PSI.Enabled, "memoryEvents", s.MemoryEvents)
 	k.armAll()
 	m.markArmed()
 
@@ -84,9 +87,10 @@ func (m *Manager) runKernel(ctx context.Context) {
 // and notifiers that fell back are retried (the kubepods cgroup often appears
 // after evictiond starts).
 func (k *kernelNotifiers) armAll() {
-	k.armMemcg()
-	k.armPSI()
-	k.armMemoryEvents()
+	s := k.m.current()
+	k.armMemcg(s)
+	k.armPSI(s)
+	k.armMemoryEvents(s)
 }
 
 func (k *kernelNotifiers) closeAll() {
@@ -122,15 +126,16 @@ func (m *Manager) resolveMode() CgroupMode {
 
 // fallBackAll marks every configured notifier as fallen back.
 func (m *Manager) fallBackAll(mode CgroupMode, reason string, err error) {
-	for _, t := range m.currentThresholds() {
-		if m.opts.MemcgThresholds {
+	s := m.current()
+	for _, t := range s.Thresholds {
+		if s.MemcgThresholds {
 			m.fallBack(SourceMemcg, t.name(), reason, err)
 		}
 	}
-	if m.opts.PSI.Enabled {
+	if s.PSI.Enabled {
 		m.fallBack(SourcePSI, m.nodePressurePath(), reason, err)
 	}
-	if m.opts.MemoryEvents && mode == CgroupModeV2 {
+	if s.MemoryEvents && mode == CgroupModeV2 {
 		m.fallBack(SourceMemoryEvents, m.memoryEventsPath(), reason, err)
 	}
 }

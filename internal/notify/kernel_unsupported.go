@@ -11,15 +11,16 @@ import (
 // back to the poll, visibly.
 func (m *Manager) runKernel(ctx context.Context) {
 	err := errors.New("kernel memory notifications are supported on Linux only")
-	for _, t := range m.currentThresholds() {
-		if m.opts.MemcgThresholds {
+	s := m.current()
+	for _, t := range s.Thresholds {
+		if s.MemcgThresholds {
 			m.fallBack(SourceMemcg, t.name(), ReasonUnsupported, err)
 		}
 	}
-	if m.opts.PSI.Enabled {
+	if s.PSI.Enabled {
 		m.fallBack(SourcePSI, "memory", ReasonUnsupported, err)
 	}
-	if m.opts.MemoryEvents {
+	if s.MemoryEvents {
 		m.fallBack(SourceMemoryEvents, "kubepods", ReasonUnsupported, err)
 	}
 	m.markArmed()

@@ -20,7 +20,7 @@ type Manager struct {
 	metrics *Metrics
 
 	mu         sync.Mutex
-	thresholds []Threshold
+	dyn        settings
 	mode       CgroupMode
 	notifiers  map[notifierKey]*NotifierStatus
 	pollActive bool
@@ -39,6 +39,25 @@ type Manager struct {
 
 // pollTarget is the poll's NotifierStatus target.
 const pollTarget = "memory signals"
+
+// settings are the options a configuration reload may change.
+type settings struct {
+	MemcgThresholds bool
+	MemoryEvents    bool
+	PSI             PSIOptions
+	PollInterval    time.Duration
+	Thresholds      []Threshold
+}
+
+func settingsOf(o Options) settings {
+	return settings{
+		MemcgThresholds: o.MemcgThresholds,
+		MemoryEvents:    o.MemoryEvents,
+		PSI:             o.PSI,
+		PollInterval:    o.PollInterval,
+		Thresholds:      slices.Clone(o.Thresholds),
+	}
+}
 
 type notifierKey struct {
 	source Source
@@ -60,7 +79,7 @@ func New(opts Options, w *Waker) (*Manager, error) {
 		waker:         w,
 		log:           opts.Logger.With("component", "notify"),
 		metrics:       opts.Metrics,
-		thresholds:    slices.Clone(opts.Thresholds),
+		dyn:           settingsOf(opts),
 		mode:          opts.Mode,
 		notifiers:     map[notifierKey]*NotifierStatus{},
 		rearmRequests: make(chan struct{}, 1),
@@ -105,17 +124,49 @@ func (m *Manager) Rearm() {
 // SetThresholds replaces the watched thresholds (configuration reload) and
 // re-arms.
 func (m *Manager) SetThresholds(ts []Threshold) error {
+	next := m.current()
+	next.Thresholds = ts
+	return m.apply(next)
+}
+
+// Reconfigure applies a reloaded configuration: the notifier switches, the
+// PSI trigger, the poll interval and the thresholds. Paths, cgroup mode,
+// re-arm interval, reader, logger and metrics are fixed at New. Invalid
+// options are rejected and the running ones stay.
+func (m *Manager) Reconfigure(opts Options) error {
+	// Zero values take the defaults, as in New.
+	d := Options{PSI: opts.PSI, PollInterval: opts.PollInterval}.withDefaults()
+	return m.apply(settings{
+		MemcgThresholds: opts.MemcgThresholds,
+		MemoryEvents:    opts.MemoryEvents,
+		PSI:             d.PSI,
+		PollInterval:    d.PollInterval,
+		Thresholds:      opts.Thresholds,
+	})
+}
+
+func (m *Manager) apply(next settings) error {
 	probe := m.opts
-	probe.Thresholds = ts
+	probe.MemcgThresholds, probe.MemoryEvents = next.MemcgThresholds, next.MemoryEvents
+	probe.PSI, probe.PollInterval, probe.Thresholds = next.PSI, next.PollInterval, next.Thresholds
 	if err := probe.Validate(); err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.thresholds = slices.Clone(ts)
+	m.dyn = settingsOf(probe)
 	m.mu.Unlock()
 	m.Rearm()
 	m.nudgePoll()
 	return nil
+}
+
+// current returns a copy of the reloadable settings.
+func (m *Manager) current() settings {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.dyn
+	s.Thresholds = slices.Clone(s.Thresholds)
+	return s
 }
 
 // Status returns a snapshot, notifiers sorted by source then target.
@@ -147,7 +198,7 @@ func (m *Manager) Status() Status {
 func (m *Manager) currentThresholds() []Threshold {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.thresholds)
+	return slices.Clone(m.dyn.Thresholds)
 }
 
 // deliver is every notifier's single action: wake the loop.
@@ -193,7 +244,7 @@ func (m *Manager) fallBack(src Source, target, reason string, err error) {
 		}
 		m.log.Log(context.Background(), level, "notifier falls back to polling",
 			"notifier", src, "target", target, "reason", reason, "err", err,
-			"pollInterval", m.opts.PollInterval, "pollAvailable", m.opts.ReadMemory != nil)
+			"pollInterval", m.current().PollInterval, "pollAvailable", m.opts.ReadMemory != nil)
 		m.metrics.fallback(src, reason)
 	}
 	m.setStatus(NotifierStatus{Source: src, Target: target, Mode: ModeFallback, Detail: err.Error()})
@@ -238,10 +289,10 @@ func (m *Manager) pollNeeded() bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.thresholds) == 0 {
+	if len(m.dyn.Thresholds) == 0 {
 		return false
 	}
-	for _, t := range m.thresholds {
+	for _, t := range m.dyn.Thresholds {
 		st, ok := m.notifiers[notifierKey{SourceMemcg, t.name()}]
 		if !ok || st.Mode != ModeArmed {
 			return true
@@ -266,11 +317,12 @@ func (m *Manager) setPollActive(active bool) {
 	if !changed {
 		return
 	}
-	m.log.Info("fast poll of the memory signals", "active", active, "interval", m.opts.PollInterval)
+	interval := m.current().PollInterval
+	m.log.Info("fast poll of the memory signals", "active", active, "interval", interval)
 	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
 		Detail: "every threshold is watched by the kernel"}
 	if active {
-		st.Mode, st.Detail = ModeArmed, fmt.Sprintf("every %v", m.opts.PollInterval)
+		st.Mode, st.Detail = ModeArmed, fmt.Sprintf("every %v", interval)
 	}
 	m.setStatus(st)
 }
@@ -298,8 +350,13 @@ func (m *Manager) runPoll(ctx context.Context) {
 			}
 		}
 		m.setPollActive(true)
-		ticker := time.NewTicker(m.opts.PollInterval)
+		interval := m.current().PollInterval
+		ticker := time.NewTicker(interval)
 		for m.pollNeeded() {
+			if now := m.current().PollInterval; now != interval {
+				interval = now
+				ticker.Reset(interval)
+			}
 			lastErr = m.pollOnce(met, lastErr)
 			select {
 			case <-ctx.Done():

@@ -322,3 +322,55 @@ func TestMemcgRootThresholdWakesWhenNodeUsageCrossesIt(t *testing.T) {
 		t.Fatal("no wake from the root memcg threshold within 10s")
 	}
 }
+
+// A configuration reload changes the PSI trigger, turns memcg thresholds off
+// (the poll takes over) and changes the poll interval, without a restart.
+func TestReconfigureAppliesReloadedNotifierSettings(t *testing.T) {
+	requireMemcgV1(t)
+	requirePSI(t)
+	name := uniqueName(t)
+	dir := makeMemcg(t, name, 256*mib)
+	thresholds := []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 64 * mib}}
+	w := NewWaker()
+	m := startManager(t, Options{
+		Mode:            CgroupModeV1,
+		KubepodsCgroup:  name,
+		MemcgThresholds: true,
+		PSI:             PSIOptions{Enabled: true},
+		Thresholds:      thresholds,
+		ReadMemory:      memcgReader(dir),
+	}, w)
+	if st := notifierStatus(t, m, SourcePSI, "/proc/pressure/memory"); st.Mode != ModeArmed || st.Window != 2*time.Second {
+		t.Fatalf("PSI before reload: %+v, want armed with a 2s window", st)
+	}
+	if m.Status().PollActive {
+		t.Fatal("poll active before reload although every threshold is armed")
+	}
+
+	err := m.Reconfigure(Options{
+		MemcgThresholds: false,
+		PSI:             PSIOptions{Enabled: true, Type: PSIFull, Stall: 300 * time.Millisecond, Window: 4 * time.Second},
+		PollInterval:    250 * time.Millisecond,
+		Thresholds:      thresholds,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the PSI trigger to be replaced", func() bool {
+		st := notifierStatus(t, m, SourcePSI, "/proc/pressure/memory")
+		return st.Mode == ModeArmed && st.Window == 4*time.Second && st.Stall == 300*time.Millisecond
+	})
+	waitFor(t, 2*time.Second, "memcg thresholds to be disabled and the poll to start", func() bool {
+		return notifierStatus(t, m, SourceMemcg, hardAllocatable).Mode == ModeDisabled && m.Status().PollActive
+	})
+	if st := notifierStatus(t, m, SourcePoll, "memory signals"); st.Detail != "every 250ms" {
+		t.Fatalf("poll status %+v, want every 250ms", st)
+	}
+
+	if err := m.Reconfigure(Options{PSI: PSIOptions{Enabled: true, Stall: 3 * time.Second, Window: 2 * time.Second}}); err == nil {
+		t.Fatal("Reconfigure accepted a stall longer than the window")
+	}
+	if st := notifierStatus(t, m, SourcePSI, "/proc/pressure/memory"); st.Window != 4*time.Second {
+		t.Fatalf("a rejected reload changed the running trigger: %+v", st)
+	}
+}

@@ -25,15 +25,15 @@ type memcgArm struct {
 
 // armMemcg arms, moves or drops the memcg threshold of every configured
 // Threshold.
-func (k *kernelNotifiers) armMemcg() {
+func (k *kernelNotifiers) armMemcg(s settings) {
 	m := k.m
 	wanted := map[string]bool{}
-	for _, t := range m.currentThresholds() {
+	for _, t := range s.Thresholds {
 		name := t.name()
 		wanted[name] = true
 		prev := k.memcg[name]
 		switch {
-		case !m.opts.MemcgThresholds:
+		case !s.MemcgThresholds:
 			k.dropMemcg(name)
 			m.setDisabled(SourceMemcg, name, "disabled by configuration")
 			continue

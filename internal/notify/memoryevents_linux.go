@@ -20,11 +20,12 @@ type memoryEventsWatch struct {
 	counters map[string]int64
 }
 
-func (k *kernelNotifiers) armMemoryEvents() {
+func (k *kernelNotifiers) armMemoryEvents(s settings) {
 	m := k.m
 	path := m.memoryEventsPath()
 	switch {
-	case !m.opts.MemoryEvents:
+	case !s.MemoryEvents:
+		k.disarmMemoryEvents()
 		m.setDisabled(SourceMemoryEvents, path, "disabled by configuration")
 		return
 	case k.mode != CgroupModeV2:

@@ -30,24 +30,32 @@ func (k *kernelNotifiers) psiTargets() (required []string, optional []string) {
 	return required, []string{kubepods}
 }
 
-func (k *kernelNotifiers) armPSI() {
+func (k *kernelNotifiers) armPSI(s settings) {
 	m := k.m
 	required, optional := k.psiTargets()
-	if !m.opts.PSI.Enabled {
+	if s.PSI != k.psiArmedWith {
+		// A reload changed the trigger: replace every armed one.
+		for p, a := range k.psi {
+			k.disarmPSI(a)
+			delete(k.psi, p)
+		}
+		k.psiArmedWith = s.PSI
+	}
+	if !s.PSI.Enabled {
 		for _, p := range append(required, optional...) {
 			m.setDisabled(SourcePSI, p, "disabled by configuration")
 		}
 		return
 	}
 	for _, p := range required {
-		k.armPSITarget(p, true)
+		k.armPSITarget(s.PSI, p, true)
 	}
 	for _, p := range optional {
-		k.armPSITarget(p, false)
+		k.armPSITarget(s.PSI, p, false)
 	}
 }
 
-func (k *kernelNotifiers) armPSITarget(path string, required bool) {
+func (k *kernelNotifiers) armPSITarget(opts PSIOptions, path string, required bool) {
 	m := k.m
 	if _, ok := k.psi[path]; ok {
 		return // triggers do not drift; armed stays armed until it fails
@@ -58,7 +66,7 @@ func (k *kernelNotifiers) armPSITarget(path string, required bool) {
 			return
 		}
 	}
-	fd, stall, window, err := openPSITrigger(path, m.opts.PSI.Type, m.opts.PSI.Stall, m.opts.PSI.Window)
+	fd, stall, window, err := openPSITrigger(path, opts.Type, opts.Stall, opts.Window)
 	if err != nil {
 		if path == m.nodePressurePath() && errors.Is(err, unix.ENOENT) {
 			err = fmt.Errorf("%w (no PSI: kernel without CONFIG_PSI or booted with psi=0): %w", errUnsupported, err)
@@ -66,9 +74,9 @@ func (k *kernelNotifiers) armPSITarget(path string, required bool) {
 		m.fallBack(SourcePSI, path, reasonFor(err), err)
 		return
 	}
-	if window != m.opts.PSI.Window {
+	if window != opts.Window {
 		m.log.Warn("PSI window refused without CAP_SYS_RESOURCE; adapted to a multiple of 2s",
-			"file", path, "requestedWindow", m.opts.PSI.Window, "requestedStall", m.opts.PSI.Stall,
+			"file", path, "requestedWindow", opts.Window, "requestedStall", opts.Stall,
 			"window", window, "stall", stall)
 	}
 	arm := &psiArm{path: path, fd: fd, stall: stall, window: window}
@@ -78,9 +86,9 @@ func (k *kernelNotifiers) armPSITarget(path string, required bool) {
 		return
 	}
 	k.psi[path] = arm
-	m.log.Info("PSI trigger armed", "file", path, "type", m.opts.PSI.Type, "stall", stall, "window", window)
+	m.log.Info("PSI trigger armed", "file", path, "type", opts.Type, "stall", stall, "window", window)
 	m.setArmed(NotifierStatus{Source: SourcePSI, Target: path, Stall: stall, Window: window,
-		Detail: fmt.Sprintf("%s %d %d", m.opts.PSI.Type, stall.Microseconds(), window.Microseconds())})
+		Detail: fmt.Sprintf("%s %d %d", opts.Type, stall.Microseconds(), window.Microseconds())})
 }
 
 func (k *kernelNotifiers) onPSIEvent(arm *psiArm, events uint32) {
