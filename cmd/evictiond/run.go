@@ -174,6 +174,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		return err
 	}
 	statusCtx, stopStatus := context.WithCancel(ctx)
+	defer stopStatus()
 	statusDone := make(chan struct{})
 	go func() { status.Run(statusCtx); close(statusDone) }()
 
