@@ -93,9 +93,11 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 // server's loopback port (the node has no kube-proxy, so the in-cluster Service address
 // would lead nowhere; evictiond runs on the host network and reaches the API server on
 // loopback), the private containerd's socket, the kubelet's pod logs directory and a state
-// directory inside the cluster's tree. The containerd directory is mounted where deploy/
-// mounts /run/containerd: its socket is named containerd.sock there too. config, when set,
-// replaces config.yaml.
+// directory inside the cluster's tree, and the kubelet's root dir and containerd's root as
+// flags (read under --host-root). The containerd directory is mounted where deploy/ mounts
+// /run/containerd: its socket is named containerd.sock there too. The pod logs volume keeps
+// its in-container path, so --pod-logs-dir stays at its default. config, when set, replaces
+// config.yaml.
 func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
 	dir := filepath.Join(c.Dir, "overlay-run")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -115,6 +117,13 @@ spec:
     spec:
       containers:
         - name: evictiond
+          args:
+            - run
+            - --config=/etc/evictiond/config.yaml
+            - --host-root=/host
+            - --metrics-address=:9809
+            - --kubelet-root-dir=%[7]s
+            - --image-fs-dir=%[8]s
           env:
             - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
             - {name: KUBERNETES_SERVICE_PORT, value: %[3]q}
@@ -125,7 +134,8 @@ spec:
           hostPath: {path: %[5]q, type: DirectoryOrCreate}
         - name: state
           hostPath: {path: %[6]q, type: DirectoryOrCreate}
-`, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"))
+`, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"),
+		c.KubeletRootDir, c.Containerd.Root)
 	// kustomize takes no absolute resource paths: point at the overlay relative to dir.
 	overlay, err := filepath.Rel(dir, filepath.Join(repoRoot, "test", "e2e", "overlay"))
 	if err != nil {
