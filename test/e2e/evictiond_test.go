@@ -35,11 +35,10 @@ func TestEvictiond(t *testing.T) {
 			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
 		}
 	})
-	prom := c.StartPrometheus(t)
 	createNamespace(t, c.Client, unevictableNamespace)
 
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
-	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c, prom) })
+	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c) })
 	t.Run("PDB", func(t *testing.T) { testPDB(t, c) })
 	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, c) })
 	t.Run("NodeStatusUnderPressure", func(t *testing.T) { testNodeStatusUnderPressure(t, c) })
@@ -132,11 +131,13 @@ func machineOOMKills(t *testing.T) int64 {
 	return m.OOMKills
 }
 
-// testPrometheusSeesTheEviction is scenario 7: Debian's Prometheus discovers evictiond's pod
+// testPrometheusSeesTheEviction is scenario 7: Prometheus discovers evictiond's pod
 // through Kubernetes service discovery and its prometheus.io annotations, scrapes it, and a
 // PromQL query sees scenario 1's eviction.
-func testPrometheusSeesTheEviction(t *testing.T, c *cluster.Cluster, prom *cluster.Prometheus) {
+func testPrometheusSeesTheEviction(t *testing.T, c *cluster.Cluster) {
 	ctx := context.Background()
+	// Started after scenario 1: evictions_total is a counter, so the first scrape has it.
+	prom := c.StartPrometheus(t)
 	pod, err := c.EvictiondPod(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -95,9 +95,8 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 // loopback), the private containerd's socket, the kubelet's pod logs directory and a state
 // directory inside the cluster's tree, and the kubelet's root dir and containerd's root as
 // flags (read under --host-root). The containerd directory is mounted where deploy/ mounts
-// /run/containerd: its socket is named containerd.sock there too. The pod logs volume keeps
-// its in-container path, so --pod-logs-dir stays at its default. config, when set, replaces
-// config.yaml.
+// /run/containerd: its socket is named containerd.sock there too. config, when set,
+// replaces config.yaml.
 func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
 	dir := filepath.Join(c.Dir, "overlay-run")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -124,6 +123,15 @@ spec:
             - --metrics-address=:9809
             - --kubelet-root-dir=%[7]s
             - --image-fs-dir=%[8]s
+            - --pod-logs-dir=%[5]s
+          # deploy/ mounts the pod logs at /host/var/log/pods, a mount point the read-only
+          # host mount must already hold; this machine has no /var/log/pods (the kubelet's
+          # logs are in the cluster's tree), so the volume goes where the logs are.
+          volumeMounts:
+            - mountPath: /host/var/log/pods
+              $patch: delete
+            - name: pod-logs
+              mountPath: /host%[5]s
           env:
             - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
             - {name: KUBERNETES_SERVICE_PORT, value: %[3]q}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,9 +32,12 @@ type Prometheus struct {
 // StartPrometheus starts Prometheus with a 1 s scrape interval and registers its stop.
 func (c *Cluster) StartPrometheus(t testing.TB) *Prometheus {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatal("prometheus not found in PATH: install Debian package prometheus (make e2e-deps)")
+	bin := os.Getenv("EVICTIOND_PROMETHEUS")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("prometheus"); err != nil {
+			t.Fatal("prometheus not found in PATH: install Debian package prometheus (make e2e-deps), or set EVICTIOND_PROMETHEUS")
+		}
 	}
 	dir := filepath.Join(c.Dir, "prometheus")
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
@@ -115,6 +119,10 @@ scrape_configs:
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
+		if strings.Contains(p.LogTail(5), "field kubernetes_sd_configs not found") {
+			t.Fatalf("%s has no Kubernetes service discovery: Debian's prometheus package is built without it "+
+				"(its discovery/ has no kubernetes); point EVICTIOND_PROMETHEUS at an upstream build\n%v", bin, p.proc.failure(err))
+		}
 		t.Fatal(p.proc.failure(fmt.Errorf("waiting for /-/ready: %w", err)))
 	}
 	return p
