@@ -3,11 +3,8 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -334,52 +331,15 @@ func kubeletEvictionTime(t *testing.T, logPath string, since time.Time) (time.Ti
 	return found, !found.IsZero()
 }
 
-// forEachLine calls fn for each line of the file until it returns false. Lines have no
-// length limit (the kubelet logs whole pod specs on one line).
-func forEachLine(t *testing.T, path string, fn func(string) bool) {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("opening %s: %v", path, err)
-	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
-	for {
-		line, err := r.ReadString('\n')
-		if len(line) > 0 && !fn(strings.TrimSuffix(line, "\n")) {
-			return
-		}
-		if err != nil {
-			if err != io.EOF {
-				t.Fatalf("reading %s: %v", path, err)
-			}
-			return
-		}
-	}
-}
-
 // auditEvictionTime finds the first eviction request for a pod in namespace after since,
 // from the API server's audit log.
 func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Time) (time.Time, bool) {
-	var found time.Time
-	forEachLine(t, auditPath, func(line string) bool {
-		var ev struct {
-			Verb      string `json:"verb"`
-			ObjectRef struct {
-				Resource, Subresource, Namespace string
-			} `json:"objectRef"`
-			RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	for _, r := range auditedPodWrites(t, auditPath, namespace) {
+		if r.Subresource == "eviction" && r.At.After(since) {
+			return r.At, true
 		}
-		if json.Unmarshal([]byte(line), &ev) != nil {
-			return true
-		}
-		if ev.Verb == "create" && ev.ObjectRef.Resource == "pods" && ev.ObjectRef.Subresource == "eviction" &&
-			ev.ObjectRef.Namespace == namespace && ev.RequestReceived.After(since) {
-			found = ev.RequestReceived
-			return false
-		}
-		return true
-	})
-	return found, !found.IsZero()
+	}
+	return time.Time{}, false
 }
 
 func fmtLatency(d time.Duration) string {

@@ -22,7 +22,8 @@ import (
 // TestEvictiond boots a cluster, deploys evictiond from deploy/ through the e2e overlay, and
 // runs the scenarios against it.
 func TestEvictiond(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{})
+	// The audit log is how the scenarios see which requests reached the API server.
+	c := cluster.Start(t, cluster.Options{AuditLog: true})
 	ctx := context.Background()
 	start := time.Now()
 	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{})

@@ -25,6 +25,20 @@ const unevictableNamespace = "e2e-unevictable"
 // about leaveMiB available, and waits until it is there.
 func holdPressure(t *testing.T, c *cluster.Cluster, name string, leaveMiB int64) {
 	t.Helper()
+	startPressure(t, c, name, leaveMiB)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		m, err := cluster.ReadPodsMemory()
+		return err == nil && m.Available()>>20 <= leaveMiB+32, nil
+	})
+	if err != nil {
+		m, _ := cluster.ReadPodsMemory()
+		t.Fatalf("pressure pod %s did not bring kubepods to %d MiB available (now %d MiB)", name, leaveMiB, m.Available()>>20)
+	}
+}
+
+// startPressure starts the pressure pod of holdPressure and waits only for it to run.
+func startPressure(t *testing.T, c *cluster.Cluster, name string, leaveMiB int64) {
+	t.Helper()
 	m, err := cluster.ReadPodsMemory()
 	if err != nil {
 		t.Fatal(err)
@@ -39,14 +53,6 @@ func holdPressure(t *testing.T, c *cluster.Cluster, name string, leaveMiB int64)
 		t.Fatalf("creating pod %s: %v", name, err)
 	}
 	waitPod(t, c, unevictableNamespace, name, time.Minute, "Running", podReady)
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		m, err := cluster.ReadPodsMemory()
-		return err == nil && m.Available()>>20 <= leaveMiB+32, nil
-	})
-	if err != nil {
-		m, _ := cluster.ReadPodsMemory()
-		t.Fatalf("pressure pod %s did not bring kubepods to %d MiB available (now %d MiB)", name, leaveMiB, m.Available()>>20)
-	}
 }
 
 func releasePressure(t *testing.T, c *cluster.Cluster, name string) time.Time {

@@ -79,31 +79,59 @@ func testPDB(t *testing.T, c *cluster.Cluster) {
 		t.Fatal(err)
 	}
 	waitPodGone(t, c, ns, "next", next.UID, 90*time.Second)
-	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEvictionBlocked) {
-		t.Errorf("no %s event on the protected pod: evictiond did not try it first", kube.EventReasonEvictionBlocked)
+	writes := auditedPodWrites(t, c.API.AuditLogPath, ns)
+	if !hasWrite(writes, "eviction", "protected", 429) {
+		t.Errorf("no eviction of protected refused with 429 before next went: evictiond did not try the PDB-protected pod first (API writes: %v)", writes)
 	}
-	evicted := evictionEvents(t, c, ns)
-	if len(evicted) != 1 || evicted[0].InvolvedObject.Name != "next" {
-		t.Fatalf("under soft pressure: Evicted events %v, want exactly one, for next", evicted)
+	if !hasWrite(writes, "eviction", "next", 201) {
+		t.Errorf("next was not evicted through the Eviction API (API writes: %v)", writes)
+	}
+	if hasWrite(writes, "", "protected", 200) {
+		t.Errorf("protected was deleted under soft pressure: soft pressure must never escalate")
 	}
 	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "protected", metav1.GetOptions{}); err != nil || !podReady(p) || p.DeletionTimestamp != nil {
 		t.Fatalf("protected pod did not survive soft pressure: %v %s", err, describeStatus(p))
 	}
-	t.Logf("soft pressure: eviction of protected refused by its PDB, next evicted instead")
+	t.Logf("soft pressure: eviction of protected refused by its PDB (429), next evicted instead")
 
 	// Hard pressure: a pod nobody may evict takes kubepods below 500Mi; protected is now the
-	// only candidate, refused by its PDB, and the escalation deletes it.
+	// only candidate, refused by its PDB, and the escalation deletes it (with a Warning Event).
 	protected, err := c.Client.CoreV1().Pods(ns).Get(ctx, "protected", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	holdPressure(t, c, "pdb-hard-pressure", 350)
+	startPressure(t, c, "pdb-hard-pressure", 350)
 	t.Cleanup(func() { releasePressure(t, c, "pdb-hard-pressure") })
 	waitPodGone(t, c, ns, "protected", protected.UID, 90*time.Second)
-	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEscalatedToDelete) {
-		t.Errorf("protected pod gone without a %s event", kube.EventReasonEscalatedToDelete)
+	writes = auditedPodWrites(t, c.API.AuditLogPath, ns)
+	var refusedHard, deleted bool
+	for _, w := range writes {
+		if w.Name != "protected" || !strings.HasPrefix(w.User, "system:serviceaccount:"+cluster.EvictiondNamespace+":") {
+			continue
+		}
+		switch {
+		case w.Subresource == "eviction" && w.Code == 429:
+			refusedHard = true
+		case w.Verb == "delete" && w.Code == 200 && refusedHard:
+			deleted = true
+		}
 	}
-	t.Logf("hard pressure: protected pod deleted through the escalation")
+	if !deleted {
+		t.Errorf("protected was not deleted by evictiond after its evictions were refused (API writes: %v)", writes)
+	}
+	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEscalatedToDelete) {
+		t.Errorf("no %s Warning Event on protected", kube.EventReasonEscalatedToDelete)
+	}
+	t.Logf("hard pressure: evictions of protected refused, then protected deleted through the escalation")
+}
+
+func hasWrite(writes []auditedRequest, subresource, name string, code int) bool {
+	for _, w := range writes {
+		if w.Subresource == subresource && w.Name == name && w.Code == code {
+			return true
+		}
+	}
+	return false
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -20,25 +20,38 @@ import (
 // min(kernel.pid_max, kernel.threads-max) - tasks (the total of /proc/loadavg).
 func pidAvailable(t *testing.T) int64 {
 	t.Helper()
-	read := func(path string) string {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(data))
-	}
-	pidMax, err1 := strconv.ParseInt(read("/proc/sys/kernel/pid_max"), 10, 64)
-	threadsMax, err2 := strconv.ParseInt(read("/proc/sys/kernel/threads-max"), 10, 64)
-	fields := strings.Fields(read("/proc/loadavg"))
-	if err1 != nil || err2 != nil || len(fields) < 4 {
-		t.Fatalf("reading pid limits: %v %v %v", err1, err2, fields)
+	capacity := pidCapacity(t)
+	fields := strings.Fields(readProc(t, "/proc/loadavg"))
+	if len(fields) < 4 {
+		t.Fatalf("/proc/loadavg: %v", fields)
 	}
 	_, total, _ := strings.Cut(fields[3], "/")
 	tasks, err := strconv.ParseInt(total, 10, 64)
 	if err != nil {
 		t.Fatalf("parsing /proc/loadavg %q: %v", fields[3], err)
 	}
-	return min(pidMax, threadsMax) - tasks
+	return capacity - tasks
+}
+
+// pidCapacity is min(kernel.pid_max, kernel.threads-max) as the node (the test runs in the
+// host's PID namespace) sees it.
+func pidCapacity(t *testing.T) int64 {
+	t.Helper()
+	pidMax, err1 := strconv.ParseInt(readProc(t, "/proc/sys/kernel/pid_max"), 10, 64)
+	threadsMax, err2 := strconv.ParseInt(readProc(t, "/proc/sys/kernel/threads-max"), 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("reading pid limits: %v %v", err1, err2)
+	}
+	return min(pidMax, threadsMax)
+}
+
+func readProc(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // testPIDPressure is scenario 4: a pod holding many threads is evicted under PID pressure,
@@ -53,6 +66,16 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 	}
 	original := cm.Data["config.yaml"]
 	t.Cleanup(func() { setEvictiondConfig(t, c, original) })
+	// evictiond must see the node's PID capacity. On kernels 6.14 and later kernel.pid_max is
+	// per PID namespace: a container without hostPID reads its own namespace's (4194304 by
+	// default), not the node's.
+	if lines, err := evictiondMetrics(`evictiond_signal_capacity{signal="pid.available"}`); err != nil || len(lines) != 1 {
+		t.Fatalf("reading evictiond's pid.available capacity: %v %v", lines, err)
+	} else if got, want := lines[0][strings.LastIndex(lines[0], " ")+1:], strconv.FormatInt(pidCapacity(t), 10); got != want {
+		t.Fatalf("evictiond's pid.available capacity is %s, the node's is min(kernel.pid_max, kernel.threads-max) = %s: "+
+			"it reads a pid_max that is not the node's (pid_max is per PID namespace since Linux 6.14; the DaemonSet needs hostPID, "+
+			"or evictiond must read it another way)", got, want)
+	}
 	// The hog takes 3000 threads; the threshold sits 1500 below today's availability, so the
 	// machine's own churn (other work on it) is far from it and the hog crosses it halfway.
 	threshold := pidAvailable(t) - 1500
