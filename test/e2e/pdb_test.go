@@ -101,7 +101,6 @@ func testPDB(t *testing.T, c *cluster.Cluster) {
 		t.Fatal(err)
 	}
 	startPressure(t, c, "pdb-hard-pressure", 350)
-	t.Cleanup(func() { releasePressure(t, c, "pdb-hard-pressure") })
 	waitPodGone(t, c, ns, "protected", protected.UID, 90*time.Second)
 	writes = auditedPodWrites(t, c.API.AuditLogPath, ns)
 	var refusedHard, deleted bool
@@ -119,8 +118,11 @@ func testPDB(t *testing.T, c *cluster.Cluster) {
 	if !deleted {
 		t.Errorf("protected was not deleted by evictiond after its evictions were refused (API writes: %v)", writes)
 	}
-	if !podEventSeen(t, c, ns, "protected", kube.EventReasonEscalatedToDelete) {
-		t.Errorf("no %s Warning Event on protected", kube.EventReasonEscalatedToDelete)
+	// evictiond records each escalation step as a Warning Event on the Node.
+	for _, reason := range []string{kube.EventReasonEvictionBlocked, kube.EventReasonEscalatedToDelete} {
+		if !nodeEventSeen(t, c, reason, ns+"/protected") {
+			t.Errorf("no %s Warning Event on the node naming %s/protected", reason, ns)
+		}
 	}
 	t.Logf("hard pressure: evictions of protected refused, then protected deleted through the escalation")
 }
@@ -159,17 +161,18 @@ func waitPDBStatus(t *testing.T, c *cluster.Cluster, ns, name string, allowed in
 	}
 }
 
-// podEventSeen reports whether an event with reason was recorded on the pod.
-func podEventSeen(t *testing.T, c *cluster.Cluster, ns, pod, reason string) bool {
+// nodeEventSeen reports whether evictiond recorded a Warning Event with reason on the node
+// whose message contains text.
+func nodeEventSeen(t *testing.T, c *cluster.Cluster, reason, text string) bool {
 	t.Helper()
 	found := false
 	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		list, err := c.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
 		for _, ev := range list.Items {
-			if ev.InvolvedObject.Name == pod && ev.Reason == reason {
+			if ev.InvolvedObject.Kind == "Node" && ev.Reason == reason && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, text) {
 				found = true
 			}
 		}
