@@ -44,6 +44,8 @@ func TestEvictiond(t *testing.T) {
 	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, c) })
 	t.Run("NodeStatusUnderPressure", func(t *testing.T) { testNodeStatusUnderPressure(t, c) })
 	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
+	// Last: it garbage-collects images.
+	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
 }
 
 // testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond

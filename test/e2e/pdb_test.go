@@ -41,7 +41,7 @@ func testPDB(t *testing.T, c *cluster.Cluster) {
 		t.Fatal("the e2e config has no evictionMinimumReclaim section to insert the soft threshold before")
 	}
 	setEvictiondConfig(t, c, soft)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="soft",signal="allocatableMemory.available"}`)
+	waitConfigApplied(t, c, `evictiond_threshold{kind="soft",signal="allocatableMemory.available"}`, 1100<<20)
 
 	minAvailable := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
@@ -138,15 +138,25 @@ func hasWrite(writes []auditedRequest, subresource, name string, code int) bool 
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// waitConfigApplied waits until a metric series of the new configuration appears.
-func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string) {
+// waitConfigApplied waits until evictiond's metrics show a series of the new configuration;
+// with want >= 0, until its value is want.
+func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string, want float64) {
 	t.Helper()
+	var last []string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		lines, err := evictiondMetrics(series)
-		return err == nil && len(lines) > 0, nil
+		lines, err := evictiondMetrics(series + " ")
+		if err != nil || len(lines) == 0 {
+			return false, nil
+		}
+		last = lines
+		if want < 0 {
+			return true, nil
+		}
+		v, err := strconv.ParseFloat(lines[0][len(series)+1:], 64)
+		return err == nil && v == want, nil
 	})
 	if err != nil {
-		t.Fatalf("configuration edit not applied after 60s (no %s)\n--- evictiond ---\n%s", series, c.EvictiondLogTail(20))
+		t.Fatalf("configuration edit not applied after 60s (%s = %v, want %v)\n--- evictiond ---\n%s", series, last, want, c.EvictiondLogTail(20))
 	}
 }
 

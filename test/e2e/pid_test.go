@@ -84,7 +84,7 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 		t.Fatal("the e2e config has no `pid.available: 2%` hard threshold to replace")
 	}
 	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, fmt.Sprintf(`evictiond_threshold{kind="hard",signal="pid.available"} %d`, threshold))
+	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="pid.available"}`, float64(threshold))
 
 	bystander := podOnNode(ns, "bystander", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "16Mi"), nil))
 	hog := podOnNode(ns, "pidhog", workloadContainer("pidhog", []string{"-mode=threads", "-count=3000", "-rate=1000"}, resources("cpu", "100m", "memory", "64Mi"), nil))
