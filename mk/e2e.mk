@@ -2,20 +2,25 @@
 # (test/e2e/cluster): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # a private containerd with a CNI bridge; workload images built from test/e2e/workloads.
 # Needs root. Binaries come from hack/k8s-binaries.sh (cached by version, see apiserver.mk).
-E2E_DEB_PACKAGES := etcd-server containerd runc containernetworking-plugins busybox-static iproute2 prometheus
+E2E_DEB_PACKAGES := etcd-server containerd runc containernetworking-plugins busybox-static iproute2
 E2E_TIMEOUT      ?= 40m
 E2E_RUN          ?= .
 
-DEPS  += e2e-deps
+DEPS  += e2e-deps e2e-prometheus
 TIERS += test-e2e
 
-.PHONY: e2e-deps test-e2e
+.PHONY: e2e-deps e2e-prometheus test-e2e
 
 e2e-deps:
 	./hack/install-deps.sh $(E2E_DEB_PACKAGES)
 
-test-e2e: k8s-binaries e2e-deps
-	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' -v ./test/e2e/...
+# Prometheus with Kubernetes service discovery (Debian's package has none), cached by version.
+e2e-prometheus:
+	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/prometheus.sh >/dev/null
+
+test-e2e: k8s-binaries e2e-deps e2e-prometheus
+	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_PROMETHEUS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/prometheus.sh) \
+		$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' -v ./test/e2e/...
 
 # make bench-ramp: memory ramps at 100/400/1000/4000 MiB/s against the kubelet's eviction
 # (kernelMemcgNotification on and off) and evictiond (notifier and poll-only) on the same

@@ -75,7 +75,7 @@ func TestDemo(t *testing.T) {
 			}
 		}
 	}
-	if lines, err := evictiondMetrics("evictiond_evictions_total", "evictiond_threshold_met", "evictiond_signal_available{signal=\"allocatableMemory.available\"", "evictiond_loop_wakeups_total"); err == nil {
+	if lines, err := evictiondMetrics("evictiond_evictions_total", "evictiond_threshold_met{kind=\"hard\",signal=\"allocatableMemory.available\"}", "evictiond_signal_available{signal=\"allocatableMemory.available\"}", "evictiond_loop_wakeups_total"); err == nil {
 		say("evictiond's metrics (http://<node>:9809/metrics):")
 		for _, l := range lines {
 			say("  %s", l)

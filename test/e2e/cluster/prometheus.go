@@ -20,9 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// Prometheus is a Prometheus server (Debian's package) discovering pods through the
-// cluster's API server, with the annotation-driven relabelling most clusters use
-// (prometheus.io/scrape, prometheus.io/port, prometheus.io/path).
+// Prometheus is a Prometheus server discovering pods through the cluster's API server, with
+// the annotation-driven relabelling most clusters use (prometheus.io/scrape,
+// prometheus.io/port, prometheus.io/path). The binary is $EVICTIOND_PROMETHEUS (make test-e2e
+// sets it to hack/prometheus.sh's build), else prometheus from PATH. Debian's package will not
+// do: it is built without Kubernetes service discovery.
 type Prometheus struct {
 	// URL is the server's base URL on loopback.
 	URL  string
@@ -36,7 +38,7 @@ func (c *Cluster) StartPrometheus(t testing.TB) *Prometheus {
 	if bin == "" {
 		var err error
 		if bin, err = exec.LookPath("prometheus"); err != nil {
-			t.Fatal("prometheus not found in PATH: install Debian package prometheus (make e2e-deps), or set EVICTIOND_PROMETHEUS")
+			t.Fatal("no Prometheus: set EVICTIOND_PROMETHEUS to the binary hack/prometheus.sh builds (make test-e2e does)")
 		}
 	}
 	dir := filepath.Join(c.Dir, "prometheus")
@@ -121,7 +123,7 @@ scrape_configs:
 	if err != nil {
 		if strings.Contains(p.LogTail(5), "field kubernetes_sd_configs not found") {
 			t.Fatalf("%s has no Kubernetes service discovery: Debian's prometheus package is built without it "+
-				"(its discovery/ has no kubernetes); point EVICTIOND_PROMETHEUS at an upstream build\n%v", bin, p.proc.failure(err))
+				"(its discovery/ has no kubernetes); set EVICTIOND_PROMETHEUS to the binary hack/prometheus.sh builds\n%v", bin, p.proc.failure(err))
 		}
 		t.Fatal(p.proc.failure(fmt.Errorf("waiting for /-/ready: %w", err)))
 	}
