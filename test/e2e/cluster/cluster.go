@@ -406,10 +406,12 @@ func (c *Cluster) startKubelet(binDir string) error {
 // lifted the not-ready taint, so pods schedule. It fails early if a component exits.
 func (c *Cluster) waitNodeReady(ctx context.Context) error {
 	var last string
+	var exited error // a component that died: reported as is, with its own log
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, p := range []*component{c.kubelet, c.scheduler, c.controllers} {
 			if !p.running() {
-				return false, p.failure(errors.New("exited during the boot"))
+				exited = p.failure(errors.New("exited during the boot"))
+				return false, exited
 			}
 		}
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
@@ -433,11 +435,10 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 		}
 		return ready, nil
 	})
+	if exited != nil {
+		return exited
+	}
 	if err != nil {
-		var failed interface{ Unwrap() error }
-		if errors.As(err, &failed) && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
 		return c.kubelet.failure(fmt.Errorf("waiting for node %s to be Ready: %w (last seen: %s)", NodeName, err, last))
 	}
 	return nil

@@ -41,14 +41,13 @@ const containerLogsDir = "/var/log/containers"
 const cniCacheDir = "/var/lib/cni"
 
 type hostState struct {
-	sysctls               map[string]string
-	hadContainerLogsDir   bool
-	hadCNICacheDir        bool
-	existingKubepodsPaths map[string]bool
+	sysctls             map[string]string
+	hadContainerLogsDir bool
+	hadCNICacheDir      bool
 }
 
 func snapshotHost() (*hostState, error) {
-	h := &hostState{sysctls: map[string]string{}, existingKubepodsPaths: map[string]bool{}}
+	h := &hostState{sysctls: map[string]string{}}
 	for _, key := range kubeletSysctls {
 		data, err := os.ReadFile(filepath.Join("/proc/sys", key))
 		if err != nil {
@@ -58,15 +57,12 @@ func snapshotHost() (*hostState, error) {
 	}
 	h.hadContainerLogsDir = exists(containerLogsDir)
 	h.hadCNICacheDir = exists(cniCacheDir)
-	for _, p := range kubepodsCgroups() {
-		h.existingKubepodsPaths[p] = true
-	}
-	if len(h.existingKubepodsPaths) > 0 {
+	if existing := kubepodsCgroups(); len(existing) > 0 {
 		// Another kubelet owns them (or a crashed run left them): starting a second one on top
 		// would mix its pods with ours and tear down someone else's cgroups at the end.
 		return nil, fmt.Errorf("kubepods cgroups already exist (%s): another kubelet runs on this machine, or a previous run was killed; "+
 			"stop it, or remove them with `find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} +`",
-			strings.Join(sortedKeys(h.existingKubepodsPaths), ", "))
+			strings.Join(existing, ", "))
 	}
 	return h, nil
 }
@@ -237,13 +233,4 @@ func memTotalBytes() (int64, error) {
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
