@@ -40,5 +40,5 @@ bench-ramp: k8s-binaries e2e-deps
 # `demo` target still runs the simulator; pointing it here is the lead's call.)
 .PHONY: demo-cluster
 demo-cluster: k8s-binaries e2e-deps
-	@EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags 'e2e demo' -count=1 -timeout 15m -run '^TestDemo$$' -v ./test/e2e/ \
-		| grep -E '^(demo:|--- FAIL|FAIL|ok|PASS)|_test.go'
+	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags 'e2e demo' -count=1 -timeout 15m -run '^TestDemo$$' -v ./test/e2e/ \
+		| grep --line-buffered -E '^(demo:|--- FAIL|FAIL)|_test.go:'"
