@@ -107,6 +107,17 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 // runDaemon wires the parts and runs until ctx ends.
 func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
+	// Parts run until ctx ends and some cleanups wait for them (the informers'
+	// Shutdown does), so ctx is cancelled before the cleanups run, on every
+	// return path: an error at start-up must not leave the process hanging.
+	ctx, cancel := context.WithCancel(ctx)
+	var cleanups []func()
+	defer func() {
+		cancel()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
 	cfg, data, err := configfile.Load(f.config)
 	if err != nil {
 		// At start there is no last good configuration to fall back on.
@@ -137,15 +148,15 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err := informers.Start(ctx); err != nil {
 		return fmt.Errorf("node informers: %w", err)
 	}
-	defer informers.Shutdown()
+	cleanups = append(cleanups, informers.Shutdown)
 	recorder, stopRecorder := kube.NewEventRecorder(ctx, client, f.nodeName)
-	defer stopRecorder()
+	cleanups = append(cleanups, stopRecorder)
 
 	rc, err := reclaim.New(reclaimOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
+	cleanups = append(cleanups, func() { _ = rc.Close() })
 	go rc.RunImageTracker(ctx, 0)
 
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
@@ -156,7 +167,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		log.Warn("CRI unavailable for stats; imagefs read through cAdvisor, writable layers missing", "endpoint", cfg.Reclaim.CRIEndpoint, "err", err)
 	} else {
-		defer closeRT()
+		cleanups = append(cleanups, func() { _ = closeRT() })
 		monCfg.Runtime = rt
 	}
 	mon, err := monitor.New(monCfg)
@@ -166,7 +177,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err := mon.Start(ctx); err != nil {
 		return fmt.Errorf("starting the monitor: %w", err)
 	}
-	defer mon.Stop()
+	cleanups = append(cleanups, func() { _ = mon.Stop() })
 	m.Registry.MustRegister(mon.Collectors()...)
 
 	status, err := kube.NewNodeStatus(client, informers, recorder, nodeStatusOptions(cfg, f, log))
@@ -174,9 +185,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		return err
 	}
 	statusCtx, stopStatus := context.WithCancel(ctx)
-	defer stopStatus()
 	statusDone := make(chan struct{})
 	go func() { status.Run(statusCtx); close(statusDone) }()
+	cleanups = append(cleanups, func() { stopStatus(); <-statusDone })
 
 	evictor, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(cfg, f, rc, log))
 	if err != nil {
@@ -187,8 +198,10 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	waker := notify.NewWaker()
 	notifyMetrics := notify.NewMetrics()
 	m.Registry.MustRegister(notifyMetrics.Collectors()...)
+	// The notifier takes the cgroup relative to the hierarchy's mount.
+	kubepods := strings.TrimPrefix(mon.CgroupInfo().Kubepods, "/")
 	readMemory := func() (policy.Observations, error) { return mon.ObserveMemory().Observations, nil }
-	nm, err := notify.New(notifyOptions(cfg, f, readMemory, notifyMetrics, log), waker)
+	nm, err := notify.New(notifyOptions(cfg, f, kubepods, readMemory, notifyMetrics, log), waker)
 	if err != nil {
 		return err
 	}
@@ -210,7 +223,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 			} else {
 				ev.e = e
 			}
-			if err := nm.Reconfigure(notifyOptions(c, f, readMemory, notifyMetrics, log)); err != nil {
+			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {
 				log.Error("fast path not reconfigured", "err", err)
 			}
 			sink.update(c)
@@ -220,6 +233,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		}})
 	m.ConfigLastReloadSuccessful.Set(1)
 	m.ConfigLastReloadTime.SetToCurrentTime()
+	// Both results exist from the start, so increase() and alerts see the first rejection.
+	m.ConfigReloads.WithLabelValues("success")
+	m.ConfigReloads.WithLabelValues("rejected")
 
 	watcher := &configfile.Watcher{Path: f.config, Log: log.With("component", "config"),
 		Apply: func(c *policy.Config) {
@@ -266,8 +282,6 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	stopStatus()
-	<-statusDone
 	return nil
 }
 
@@ -316,7 +330,7 @@ func reclaimOptions(c *policy.Config, f *runFlags, log *slog.Logger) reclaim.Opt
 	}
 	return reclaim.Options{RuntimeEndpoint: c.Reclaim.CRIEndpoint, ImageMinimumAge: minAge, StateFile: c.Reclaim.ImageStateFile,
 		PinnedImages: c.Reclaim.PinnedImages, HostRoot: f.hostRoot, NodeFsPath: f.kubeletRoot, PodLogsDir: f.podLogs,
-		DryRun: c.DryRun, Logger: log.With("component", "reclaim")}
+		DryRun: c.DryRun, Logger: log} // reclaim adds its component
 }
 
 func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.NodeStatusOptions {
@@ -347,11 +361,10 @@ func evictorOptions(c *policy.Config, f *runFlags, rc *reclaim.Reclaimer, log *s
 		Logger:      log.With("component", "evictor")}
 }
 
-func notifyOptions(c *policy.Config, f *runFlags, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
-	kubepods := "kubepods"
-	if f.cgroupDriver == "systemd" {
-		kubepods = "kubepods.slice"
-	}
+// notifyOptions arms the fast path on kubepods, the cgroup the monitor
+// resolved from --cgroup-root and --cgroup-driver (e.g. kubepods, or
+// custom-root/kubepods), so both watch the same memcg.
+func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
 	var ts []notify.Threshold
 	for _, t := range c.Thresholds {
 		if t.Signal != policy.SignalMemoryAvailable && t.Signal != policy.SignalAllocatableMemoryAvailable {
