@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/agent"
@@ -152,12 +153,11 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	recorder, stopRecorder := kube.NewEventRecorder(ctx, client, f.nodeName)
 	cleanups = append(cleanups, stopRecorder)
 
-	rc, err := reclaim.New(reclaimOptions(cfg, f, log))
+	rc, err := startReclaimer(ctx, reclaimOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	cleanups = append(cleanups, func() { _ = rc.Close() })
-	go rc.RunImageTracker(ctx, 0)
+	cleanups = append(cleanups, func() { rc.current().stop() })
 
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
 		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot,
@@ -180,20 +180,19 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	cleanups = append(cleanups, func() { _ = mon.Stop() })
 	m.Registry.MustRegister(mon.Collectors()...)
 
-	status, err := kube.NewNodeStatus(client, informers, recorder, nodeStatusOptions(cfg, f, log))
+	status, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	statusCtx, stopStatus := context.WithCancel(ctx)
-	statusDone := make(chan struct{})
-	go func() { status.Run(statusCtx); close(statusDone) }()
-	cleanups = append(cleanups, func() { stopStatus(); <-statusDone })
+	sink := &statusSink{s: status}
+	cleanups = append(cleanups, func() { sink.s.stop() })
+	sink.update(cfg)
 
 	evictor, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(cfg, f, rc, log))
 	if err != nil {
 		return err
 	}
-	ev := &kubeEvictor{e: evictor}
+	ev := &kubeEvictor{e: evictor, apiReachable: reach.reachable}
 
 	waker := notify.NewWaker()
 	notifyMetrics := notify.NewMetrics()
@@ -211,22 +210,45 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		}
 	}()
 
-	sink := newStatusSink(status, cfg)
 	deps := agent.Deps{Stats: monitorStats{m: mon}, Pods: informerPods{informers}, Status: sink,
 		Evictor: ev, Reclaimer: criReclaimer{rc}, Recorder: recorder, Metrics: m}
+	prev := cfg
 	var a *agent.Agent
 	a = agent.New(cfg, deps, agent.Options{NodeName: f.nodeName, SelfUID: types.UID(f.selfUID), Wake: waker.C(), Logger: log.With("component", "loop"),
 		OnConfig: func(c *policy.Config) {
 			// Runs in the loop goroutine: rebuild what depends on the configuration.
-			if e, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(c, f, rc, log)); err != nil {
-				log.Error("evictor not rebuilt; keeping the previous one", "err", err)
-			} else {
-				ev.e = e
+			if c.DryRun != rc.current().dryRun {
+				// Reclaim and node status fix their dry-run mode at construction: a
+				// file switching dryRun must switch them too, or "dryRun: true" would
+				// leave image GC deleting.
+				opts := reclaimOptions(cfg, f, log) // reclaim.* changes wait for a restart
+				opts.DryRun = c.DryRun
+				if err := rc.swap(ctx, opts); err != nil {
+					log.Error("reclaim not switched to the new dryRun; keeping the previous reclaimer", "dryRun", c.DryRun, "err", err)
+				}
+			}
+			if !c.DryRun && sink.s.dryRun {
+				if next, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(c, f, log)); err != nil {
+					log.Error("node status writer not switched out of dry run", "err", err)
+				} else {
+					sink.s.stop()
+					sink.s = next
+				}
+			}
+			if evictorChanged(prev, c) {
+				// Rebuilt only on change: the evictor holds the token bucket, the
+				// cool-down and the queue of local stops to report.
+				if e, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(c, f, rc, log)); err != nil {
+					log.Error("evictor not rebuilt; keeping the previous one", "err", err)
+				} else {
+					ev.e = e
+				}
 			}
 			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {
 				log.Error("fast path not reconfigured", "err", err)
 			}
 			sink.update(c)
+			prev = c
 			if restartOnly := restartOnlyChanges(cfg, c); restartOnly != "" {
 				log.Warn("configuration changes that take effect on restart", "fields", restartOnly)
 			}
@@ -262,7 +284,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	ready := []agent.Check{
 		a.StatsFresh(10*interval + 2*cfg.PodCleanupTimeout + 10*time.Second),
 		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.check(ctx, client) }),
-		agent.CachedCheck("cri", 10*time.Second, rc.Ready),
+		agent.CachedCheck("cri", 10*time.Second, func(ctx context.Context) error { return rc.current().r.Ready(ctx) }),
 	}
 	srv := &http.Server{Addr: f.metricsAddr, Handler: agent.Handler(m.Registry, live, ready), ReadHeaderTimeout: 5 * time.Second}
 	lis, err := net.Listen("tcp", f.metricsAddr)
@@ -342,7 +364,7 @@ func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.Nod
 		DryRun: c.DryRun, Logger: log.With("component", "nodestatus")}
 }
 
-func evictorOptions(c *policy.Config, f *runFlags, rc *reclaim.Reclaimer, log *slog.Logger) kube.EvictorOptions {
+func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.Logger) kube.EvictorOptions {
 	after := kube.EscalateStop
 	if c.Escalation.Delete {
 		after = kube.EscalateDelete
@@ -397,33 +419,114 @@ func (l informerPods) List() ([]*v1.Pod, error) {
 
 // statusSink forwards conditions to the node status writer while
 // nodeStatus.conditions is on and the agent is not in dry run (where nothing
-// but Events and metrics is written). Turning it off releases owned entries once.
+// but Events and metrics is written). Turning it off releases owned entries
+// once. Used from the loop goroutine only.
 type statusSink struct {
-	s       *kube.NodeStatus
-	enabled atomic.Bool
-}
-
-func newStatusSink(s *kube.NodeStatus, c *policy.Config) *statusSink {
-	sink := &statusSink{s: s}
-	sink.update(c)
-	return sink
+	s       *runningNodeStatus
+	enabled bool
 }
 
 func (s *statusSink) SetConditions(c []v1.NodeConditionType) {
-	if s.enabled.Load() {
-		s.s.SetConditions(c)
+	if s.enabled {
+		s.s.w.SetConditions(c)
 	}
 }
 
 func (s *statusSink) update(c *policy.Config) {
 	on := c.NodeStatus.Conditions && !c.DryRun
-	if was := s.enabled.Swap(on); was && !on {
-		s.s.SetConditions(nil)
+	if s.enabled && !on {
+		s.s.w.SetConditions(nil)
 	}
+	s.enabled = on
+}
+
+// runningNodeStatus is a node status writer and its goroutine. Its dry-run
+// mode is fixed, so leaving dry run on reload starts a new one.
+type runningNodeStatus struct {
+	w      *kube.NodeStatus
+	dryRun bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startNodeStatus(ctx context.Context, client kubernetes.Interface, inf *kube.NodeInformers, rec record.EventRecorder, opts kube.NodeStatusOptions) (*runningNodeStatus, error) {
+	w, err := kube.NewNodeStatus(client, inf, rec, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &runningNodeStatus{w: w, dryRun: opts.DryRun, cancel: cancel, done: make(chan struct{})}
+	go func() { w.Run(ctx); close(r.done) }()
+	return r, nil
+}
+
+func (r *runningNodeStatus) stop() { r.cancel(); <-r.done }
+
+// reclaimerRef is the reclaimer in use and its image tracker. Its dry-run mode
+// is fixed at construction, so a reload switching dryRun swaps in a new one;
+// the readiness probe reads it from another goroutine.
+type reclaimerRef struct {
+	p atomic.Pointer[runningReclaimer]
+}
+
+type runningReclaimer struct {
+	r      *reclaim.Reclaimer
+	dryRun bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runningReclaimer) startTracker(ctx context.Context) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() { r.r.RunImageTracker(ctx, 0); close(r.done) }()
+}
+
+// stopTracker waits for the tracker: it writes the state file, one writer at a time.
+func (r *runningReclaimer) stopTracker() { r.cancel(); <-r.done }
+
+func (r *runningReclaimer) stop() {
+	r.stopTracker()
+	_ = r.r.Close()
+}
+
+func startReclaimer(ctx context.Context, opts reclaim.Options) (*reclaimerRef, error) {
+	r, err := reclaim.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	rr := &runningReclaimer{r: r, dryRun: opts.DryRun}
+	rr.startTracker(ctx)
+	ref := &reclaimerRef{}
+	ref.p.Store(rr)
+	return ref, nil
+}
+
+func (ref *reclaimerRef) current() *runningReclaimer { return ref.p.Load() }
+
+// swap replaces the reclaimer; on error the current one stays in use.
+func (ref *reclaimerRef) swap(ctx context.Context, opts reclaim.Options) error {
+	old := ref.current()
+	old.stopTracker()
+	r, err := reclaim.New(opts)
+	if err != nil {
+		old.startTracker(ctx)
+		return err
+	}
+	next := &runningReclaimer{r: r, dryRun: opts.DryRun}
+	next.startTracker(ctx)
+	ref.p.Store(next)
+	_ = old.r.Close()
+	return nil
 }
 
 // kubeEvictor adapts kube.Evictor to the loop's Evictor.
-type kubeEvictor struct{ e *kube.Evictor }
+type kubeEvictor struct {
+	e *kube.Evictor
+	// apiReachable says whether the last API request succeeded.
+	apiReachable func() bool
+	lastReport   time.Time
+}
 
 func (k *kubeEvictor) Evict(ctx context.Context, cands []policy.Candidate) agent.EvictResult {
 	k.e.StartPass()
@@ -432,20 +535,44 @@ func (k *kubeEvictor) Evict(ctx context.Context, cands []policy.Candidate) agent
 	return agent.EvictResult{Outcome: string(res.Outcome), Err: res.Err, At: start, Victim: res.Victim}
 }
 
+// localStopReportInterval spaces the attempts to report local stops, so a
+// flapping API server does not cost the loop a request every pass.
+const localStopReportInterval = 10 * time.Second
+
+// ReportPending reports pods stopped through the CRI while the API server was
+// unreachable (Events, pod deletion), once it answers again.
+func (k *kubeEvictor) ReportPending(ctx context.Context, log *slog.Logger) {
+	if k.e.PendingLocalStops() == 0 || !k.apiReachable() || time.Since(k.lastReport) < localStopReportInterval {
+		return
+	}
+	k.lastReport = time.Now()
+	n, err := k.e.ReportLocalStops(ctx)
+	if err != nil {
+		log.Warn("local stops not all reported; retrying", "reported", n, "pending", k.e.PendingLocalStops(), "err", err)
+	}
+}
+
 // criReclaimer adapts reclaim.Reclaimer to the loop's Reclaimer.
-type criReclaimer struct{ r *reclaim.Reclaimer }
+type criReclaimer struct{ ref *reclaimerRef }
 
 func (c criReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) agent.ReclaimResult {
-	res, err := c.r.Run(ctx, reclaim.Request{Step: step, Signal: sig, Need: need, LivePods: reclaim.LivePodsFromPods(live)})
+	res, err := c.ref.current().r.Run(ctx, reclaim.Request{Step: step, Signal: sig, Need: need, LivePods: reclaim.LivePodsFromPods(live)})
 	return agent.ReclaimResult{Freed: res.Freed, Items: res.ItemsRemoved + res.WouldRemove, Err: err}
 }
 
 // criStopper adapts reclaim's CRI stop to the evictor's LocalPodStopper.
-type criStopper struct{ r *reclaim.Reclaimer }
+type criStopper struct{ ref *reclaimerRef }
 
 func (c criStopper) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
-	_, err := c.r.StopPod(ctx, uid, 0)
+	_, err := c.ref.current().r.StopPod(ctx, uid, 0)
 	return err
+}
+
+// evictorChanged says whether the evictor must be rebuilt for next.
+func evictorChanged(prev, next *policy.Config) bool {
+	return prev.DryRun != next.DryRun || prev.Escalation != next.Escalation || prev.RateLimits != next.RateLimits ||
+		prev.APIUnreachable != next.APIUnreachable || prev.PodCleanupTimeout != next.PodCleanupTimeout ||
+		prev.Reclaim.ImageStateFile != next.Reclaim.ImageStateFile
 }
 
 // reachability records whether the API server answered recently, from every
@@ -480,6 +607,13 @@ func (r *reachability) wrap(rt http.RoundTripper) http.RoundTripper {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// reachable: the last request the agent made got an answer.
+func (r *reachability) reachable() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.lastOK.IsZero() && r.lastOK.After(r.lastFail)
+}
 
 // check is ready when the last request succeeded; after 30 s without any
 // request it asks the API server's /readyz itself.

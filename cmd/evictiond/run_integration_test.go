@@ -136,7 +136,7 @@ func (c *configMapDir) update(t *testing.T, content string) {
 
 // testConfig is a configuration for the daemon under test: thresholds as
 // given, a short loop, the private containerd, state in a temp dir.
-func testConfig(evictionHard, criEndpoint, stateDir string) string {
+func testConfig(evictionHard, criEndpoint, stateDir string, extra ...string) string {
 	return fmt.Sprintf(`apiVersion: evictiond.io/v1alpha1
 kind: EvictionConfiguration
 evictionHard:
@@ -146,7 +146,7 @@ stats: {housekeepingInterval: 1s}
 reclaim:
   criEndpoint: %s
   imageGC: {stateFile: %s}
-`, evictionHard, criEndpoint, filepath.Join(stateDir, "images.json"))
+`, evictionHard, criEndpoint, filepath.Join(stateDir, "images.json")) + strings.Join(extra, "\n")
 }
 
 // daemon is one evictiond run in-process against the test environment.
@@ -162,8 +162,10 @@ type daemon struct {
 
 type daemonOptions struct {
 	evictionHard string
-	dryRun       bool
-	ctrd         *containerd.Containerd
+	// extra lines of the configuration file
+	extra  []string
+	dryRun bool
+	ctrd   *containerd.Containerd
 }
 
 // startDaemon creates the Node, a private cgroup root with a kubepods tree on
@@ -182,7 +184,7 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
 	}
 	cgroupRoot := makeCgroupRoot(t)
 	stateDir := t.TempDir()
-	cm := newConfigMapDir(t, testConfig(o.evictionHard, o.ctrd.Endpoint, stateDir))
+	cm := newConfigMapDir(t, testConfig(o.evictionHard, o.ctrd.Endpoint, stateDir, o.extra...))
 	addr := freeAddress(t)
 	f := &runFlags{config: cm.path(), kubeconfig: env.KubeconfigPath, nodeName: node, metricsAddr: addr,
 		kubeletRoot: t.TempDir(), podLogs: t.TempDir(), imageFsDir: t.TempDir(),
@@ -305,7 +307,7 @@ func httpGet(url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func freeAddress(t *testing.T) string {
+func freeAddress(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -315,7 +317,7 @@ func freeAddress(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func createNode(t *testing.T, name string) {
+func createNode(t testing.TB, name string) {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{
@@ -349,7 +351,7 @@ func createPods(t *testing.T, namespace, node string, n int) []*corev1.Pod {
 
 // makeCgroupRoot makes a private kubelet cgroup root (with kubepods and its
 // QoS children) on this machine's cgroup v1 controllers.
-func makeCgroupRoot(t *testing.T) string {
+func makeCgroupRoot(t testing.TB) string {
 	t.Helper()
 	root := fmt.Sprintf("/evictiond-test-run-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	var made []string
@@ -483,7 +485,11 @@ type auditEvent struct {
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
 }
 
-// agentWrites returns the write requests evictiond (user agent "evictiond")
+// daemonUserAgent is the user agent runDaemon's client sends; the test's own
+// clients send the test binary's name (e.g. "evictiond.test/...").
+const daemonUserAgent = "evictiond"
+
+// agentWrites returns the write requests evictiond
 // made since `since`, from the API server's audit log.
 func agentWrites(t *testing.T, since time.Time) []auditEvent {
 	t.Helper()
@@ -500,7 +506,7 @@ func agentWrites(t *testing.T, since time.Time) []auditEvent {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("audit log line %q: %v", sc.Text(), err)
 		}
-		if e.Stage != "ResponseComplete" || !strings.HasPrefix(e.UserAgent, "evictiond") || e.RequestReceivedTimestamp.Before(since) {
+		if e.Stage != "ResponseComplete" || e.UserAgent != daemonUserAgent || e.RequestReceivedTimestamp.Before(since) {
 			continue
 		}
 		switch e.Verb {
@@ -583,6 +589,105 @@ func TestRunDryRunRecordsWouldEvictAndWritesNothingElse(t *testing.T) {
 		t.Errorf("the audit log shows no Event written by evictiond; the write count cannot be trusted")
 	}
 	t.Logf("dry run: %d Event writes by evictiond, no other write", events)
+}
+
+// TestRunReloadOutOfDryRunActsAndBackIntoDryRunStops switches dryRun in the
+// file while a hard threshold is met: in dry run nothing but Events is
+// written; once a file with dryRun: false is applied the agent writes its
+// condition and taint and evicts through the Eviction API; once dryRun: true
+// is back it releases its condition and taint once and evicts no more.
+func TestRunReloadOutOfDryRunActsAndBackIntoDryRunStops(t *testing.T) {
+	const node, ns = "switch-node", "switch"
+	ctx := context.Background()
+	pods := createPods(t, ns, node, 4)
+	since := time.Now().Add(-time.Second)
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 99%", extra: []string{"dryRun: true"}})
+	criEndpoint := regexp.MustCompile(`criEndpoint: (\S+)`).FindStringSubmatch(readFile(t, d.config.path()))[1]
+	stateDir := filepath.Dir(regexp.MustCompile(`stateFile: (\S+)\}`).FindStringSubmatch(readFile(t, d.config.path()))[1])
+
+	d.waitMetric(t, `evictiond_evictions_total{result="dry_run",signal="memory.available"}`,
+		func(v float64) bool { return v >= 1 }, "a dry-run decision", 30*time.Second)
+	for _, w := range agentWrites(t, since) {
+		if w.ObjectRef.Resource != "events" {
+			t.Fatalf("write while dryRun: true: %s %s/%s %s", w.Verb, w.ObjectRef.Resource, w.ObjectRef.Subresource, w.ObjectRef.Name)
+		}
+	}
+
+	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: false"))
+	d.waitMetric(t, `evictiond_evictions_total{result="evicted",signal="memory.available"}`,
+		func(v float64) bool { return v >= 1 }, "a real eviction after leaving dry run", 30*time.Second)
+	waitNode(t, node, "the owned MemoryPressure condition and the memory taint", func(n *corev1.Node) bool {
+		c := findNodeCondition(n, corev1.NodeMemoryPressure)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == "EvictiondMemoryPressure" && hasTaint(n, "evictiond.io/memory-pressure")
+	}, 15*time.Second)
+	var evicted int
+	for _, p := range pods {
+		got, err := env.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil || got.DeletionTimestamp != nil {
+			evicted++
+		}
+	}
+	if evicted == 0 {
+		t.Errorf("evictions_total{result=\"evicted\"} counts an eviction but every pod is still there undeleted")
+	}
+	var evictionCalls int
+	for _, w := range agentWrites(t, since) {
+		if w.ObjectRef.Resource == "pods" && w.ObjectRef.Subresource == "eviction" && w.Verb == "create" {
+			evictionCalls++
+		}
+	}
+	if evictionCalls == 0 {
+		t.Errorf("the audit log shows no Eviction API call by evictiond")
+	}
+
+	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: true"))
+	waitNode(t, node, "the condition released and the taint removed after dryRun: true", func(n *corev1.Node) bool {
+		c := findNodeCondition(n, corev1.NodeMemoryPressure)
+		return (c == nil || c.Status == corev1.ConditionFalse) && !hasTaint(n, "evictiond.io/memory-pressure")
+	}, 15*time.Second)
+	d.waitMetric(t, `evictiond_config_reloads_total{result="success"}`, eq(2), "two reloads", 5*time.Second)
+	settled := time.Now()
+	time.Sleep(3 * time.Second)
+	for _, w := range agentWrites(t, settled) {
+		if w.ObjectRef.Resource != "events" {
+			t.Errorf("write after returning to dry run: %s %s/%s %s", w.Verb, w.ObjectRef.Resource, w.ObjectRef.Subresource, w.ObjectRef.Name)
+		}
+	}
+}
+
+func waitNode(t *testing.T, name, what string, ok func(*corev1.Node) bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var n *corev1.Node
+	var err error
+	for time.Now().Before(deadline) {
+		if n, err = env.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{}); err == nil && ok(n) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("node %s: %v", name, err)
+	}
+	t.Fatalf("node %s: want %s within %v; conditions %+v, taints %v", name, what, timeout, n.Status.Conditions, n.Spec.Taints)
+}
+
+func findNodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, taint := range n.Spec.Taints {
+		if taint.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // checkMetricsPage runs `promtool check metrics` on /metrics and checks that
@@ -771,4 +876,114 @@ func TestRunBinaryStopsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(logs.String(), `"msg":"evictiond stopped"`) {
 		t.Errorf("no \"evictiond stopped\" log line")
 	}
+}
+
+// BenchmarkIdleAgent runs evictiond as a process (bin/evictiond from
+// $EVICTIOND_BIN, else this test binary acting as it) with the shipped
+// configuration on a node without pressure, and reports its resident memory
+// and CPU over 60 s of idling (1 s loop, 10 s housekeeping, watches open).
+func BenchmarkIdleAgent(b *testing.B) {
+	const node = "idle-node"
+	createNode(b, node)
+	ctrd := containerd.Start(b, containerd.Options{})
+	shipped := shippedConfig(b)
+	stateDir := b.TempDir()
+	shipped = strings.Replace(shipped, "criEndpoint: unix:///run/containerd/containerd.sock", "criEndpoint: "+ctrd.Endpoint, 1)
+	shipped = strings.Replace(shipped, "stateFile: /var/lib/evictiond/images.json", "stateFile: "+filepath.Join(stateDir, "images.json"), 1)
+	dir := b.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(shipped), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	addr := freeAddress(b)
+	bin, extraEnv := os.Getenv("EVICTIOND_BIN"), runMainEnv+"=0"
+	if bin == "" {
+		bin, extraEnv = os.Args[0], runMainEnv+"=1"
+	}
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--kubeconfig", env.KubeconfigPath, "--node-name", node,
+		"--metrics-address", addr, "--kubelet-root-dir", b.TempDir(), "--pod-logs-dir", b.TempDir(),
+		"--image-fs-dir", b.TempDir(), "--cgroup-root", makeCgroupRoot(b))
+	cmd.Env = append(os.Environ(), extraEnv)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if code, _ := httpGet("http://" + addr + "/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not ready within 90s; log:\n%s", logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second) // past start-up: first housekeeping, informers synced
+	pid := cmd.Process.Pid
+	b.ResetTimer()
+	for range b.N {
+		cpu0, at0 := procCPUTicks(b, pid), time.Now()
+		var maxRSS int64
+		for time.Since(at0) < 60*time.Second {
+			maxRSS = max(maxRSS, procRSSKiB(b, pid))
+			time.Sleep(time.Second)
+		}
+		cpuSeconds := float64(procCPUTicks(b, pid)-cpu0) / 100 // USER_HZ is 100 on Linux
+		elapsed := time.Since(at0).Seconds()
+		b.ReportMetric(float64(procRSSKiB(b, pid))/1024, "rss-MiB")
+		b.ReportMetric(float64(maxRSS)/1024, "max-rss-MiB")
+		b.ReportMetric(100*cpuSeconds/elapsed, "cpu-%")
+	}
+	if code, body := httpGet("http://" + addr + "/readyz"); code != http.StatusOK {
+		b.Errorf("agent not ready after idling: %d %s", code, body)
+	}
+}
+
+func procCPUTicks(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+	rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.ParseInt(rest[11], 10, 64)
+	stime, _ := strconv.ParseInt(rest[12], 10, 64)
+	return utime + stime
+}
+
+func procRSSKiB(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kib
+		}
+	}
+	b.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+// shippedConfig is config.yaml of deploy/configmap.yaml.
+func shippedConfig(tb testing.TB) string {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "configmap.yaml"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(data), "config.yaml: |\n")
+	if !ok {
+		tb.Fatal("deploy/configmap.yaml has no config.yaml block")
+	}
+	var out []string
+	for _, line := range strings.Split(block, "\n") {
+		out = append(out, strings.TrimPrefix(line, "    "))
+	}
+	return strings.Join(out, "\n")
 }

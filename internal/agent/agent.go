@@ -65,6 +65,13 @@ type Evictor interface {
 	Evict(ctx context.Context, candidates []policy.Candidate) EvictResult
 }
 
+// PendingReporter is an Evictor with work queued for when the API server
+// answers again (pods stopped through the CRI while it was unreachable); the
+// loop gives it a turn at the start of every pass.
+type PendingReporter interface {
+	ReportPending(ctx context.Context, log *slog.Logger)
+}
+
 // ReclaimResult is one node-level reclaim step's outcome.
 type ReclaimResult struct {
 	// Freed is measured by statfs before and after, in the signal's unit.
@@ -200,6 +207,9 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
 
+	if r, ok := a.evictor.(PendingReporter); ok {
+		r.ReportPending(ctx, a.log)
+	}
 	pods, err := a.pods.List()
 	if err != nil {
 		a.finishPass(Observed{}, fmt.Sprintf("listing pods: %v", err))
