@@ -114,6 +114,9 @@ type Agent struct {
 	log      *slog.Logger
 
 	reloads chan *policy.Config
+	// lastHeldBack is the last "why no eviction" logged, so it is logged at
+	// Info once per change instead of on every pass.
+	lastHeldBack string
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -231,6 +234,7 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	starved := assessment.Starved
 	if starved == nil {
 		a.lastStarved = ""
+		a.lastHeldBack = ""
 		return
 	}
 	a.noteStarved(starved)
@@ -247,15 +251,56 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	cfg := a.engine.Config()
 	sel := a.engine.Select(assessment, fresh, cfg.Escalation.MaxCandidates+cfg.RateLimits.MaxPerPass)
 	if sel.Waiting != "" {
-		a.log.Debug("no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
+		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
 		return
 	}
 	if len(sel.Candidates) == 0 {
-		a.log.Warn("unable to evict any pods from the node", "signal", starved.Threshold.Signal, "excluded", len(sel.Excluded))
+		a.heldBack(slog.LevelWarn, "unable to evict any pods from the node", "signal", starved.Threshold.Signal,
+			"excluded", len(sel.Excluded), "why", excludedSummary(sel.Excluded))
 		return
 	}
+	a.lastHeldBack = ""
 	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(time.Since(fresh[starved.Threshold.Signal].Time).Seconds())
 	a.evict(ctx, sel.Candidates, fresh)
+}
+
+// heldBack logs why no pod is evicted at level when the reason changes, and
+// at Debug on the passes in between.
+func (a *Agent) heldBack(level slog.Level, msg string, attrs ...any) {
+	key := msg + fmt.Sprint(attrs...)
+	// The waiting message carries elapsed times; compare without digits.
+	key = strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, key)
+	if key == a.lastHeldBack {
+		level = slog.LevelDebug
+	}
+	a.lastHeldBack = key
+	a.log.Log(context.Background(), level, msg, attrs...)
+}
+
+// excludedSummary counts excluded pods by reason, e.g.
+// "owned by a DaemonSet: 3; critical pod (...): 1".
+func excludedSummary(excluded []policy.ExcludedPod) string {
+	counts := map[string]int{}
+	var order []string
+	for _, e := range excluded {
+		if counts[e.Reason] == 0 {
+			order = append(order, e.Reason)
+		}
+		counts[e.Reason]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, r := range order {
+		parts = append(parts, fmt.Sprintf("%s: %d", r, counts[r]))
+	}
+	if len(parts) == 0 {
+		return "no pods on the node"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // activePods drops pods that already reached a terminal phase.
