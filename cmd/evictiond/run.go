@@ -405,7 +405,7 @@ func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.M
 		PSI: notify.PSIOptions{Enabled: c.Notifier.PSIEnabled, Type: notify.PSIStallType(c.Notifier.PSIType),
 			Stall: c.Notifier.PSIStall, Window: c.Notifier.PSIWindow},
 		PollInterval: c.Notifier.PollInterval, Thresholds: ts, ReadMemory: read,
-		Logger: log.With("component", "notify"), Metrics: nm}
+		Logger: log, Metrics: nm} // notify adds its component
 }
 
 // informerPods lists this node's pods from the informer cache; an unsynced

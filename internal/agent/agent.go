@@ -401,7 +401,11 @@ func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.
 	}
 	v := res.Victim
 	o := obs[v.Signal]
-	a.log.Warn("pod evicted", "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
+	msg := "pod evicted"
+	if res.Outcome == "dry_run" {
+		msg = "dry run: pod would be evicted"
+	}
+	a.log.Warn(msg, "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
 		"signal", v.Signal, "hard", v.Hard, "gracePeriodSeconds", v.GracePeriodSeconds,
 		"available", policy.FormatValue(v.Signal, o.Available), "why", v.Reason, "message", v.Message)
 	if res.Outcome == "dry_run" {
