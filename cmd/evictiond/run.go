@@ -130,6 +130,35 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	}
 	m := metrics.New()
 
+	// Serve from the start: /metrics at once, /healthz alive, /readyz naming
+	// the step start-up waits on (the informers wait for the API server, which
+	// may be down when the node reboots), so a slow start is not a liveness
+	// failure and the kubelet does not restart the agent in a loop.
+	lis, err := net.Listen("tcp", f.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address %s: %w", f.metricsAddr, err)
+	}
+	var startStep atomic.Value
+	startStep.Store("configuration loaded")
+	starting := agent.Check{Name: "startup", Fn: func(context.Context) error {
+		return fmt.Errorf("starting: %s", startStep.Load())
+	}}
+	var handler atomic.Pointer[http.Handler]
+	startupHandler := agent.Handler(m.Registry, nil, []agent.Check{starting})
+	handler.Store(&startupHandler)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	cleanups = append(cleanups, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	})
+
 	restCfg, err := restConfig(f.kubeconfig)
 	if err != nil {
 		return err
@@ -146,7 +175,12 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	startStep.Store("waiting for the pod and node informers to sync with the API server")
 	if err := informers.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped during start-up", "step", startStep.Load())
+			return nil // SIGTERM before the API server answered: a clean stop
+		}
 		return fmt.Errorf("node informers: %w", err)
 	}
 	cleanups = append(cleanups, informers.Shutdown)
@@ -170,6 +204,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		cleanups = append(cleanups, func() { _ = closeRT() })
 		monCfg.Runtime = rt
 	}
+	startStep.Store("starting the monitor (embedded cAdvisor)")
 	mon, err := monitor.New(monCfg)
 	if err != nil {
 		return err
@@ -286,24 +321,12 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.check(ctx, client) }),
 		agent.CachedCheck("cri", 10*time.Second, func(ctx context.Context) error { return rc.current().r.Ready(ctx) }),
 	}
-	srv := &http.Server{Addr: f.metricsAddr, Handler: agent.Handler(m.Registry, live, ready), ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", f.metricsAddr)
-	if err != nil {
-		return fmt.Errorf("--metrics-address %s: %w", f.metricsAddr, err)
-	}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
-		}
-	}()
+	running := agent.Handler(m.Registry, live, ready)
+	handler.Store(&running)
 
 	log.Info("evictiond running", "config", f.config, "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun,
 		"hostRoot", f.hostRoot, "metrics", lis.Addr().String())
 	a.Run(ctx) // returns on SIGTERM
-
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
 	return nil
 }
 

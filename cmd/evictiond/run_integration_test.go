@@ -24,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -166,6 +167,8 @@ type daemonOptions struct {
 	extra  []string
 	dryRun bool
 	ctrd   *containerd.Containerd
+	// noWait returns without waiting for /readyz.
+	noWait bool
 }
 
 // startDaemon creates the Node, a private cgroup root with a kubepods tree on
@@ -176,7 +179,7 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
 		t.Fatal("the daemon tests create cgroups and run containerd: run them as root (make test-daemon)")
 	}
 	ctx := context.Background()
-	if _, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		createNode(t, node)
 	}
 	if o.ctrd == nil {
@@ -200,7 +203,9 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
 			t.Logf("daemon log:\n%s", logs.String())
 		}
 	})
-	d.waitReady(t, 90*time.Second)
+	if !o.noWait {
+		d.waitReady(t, 90*time.Second)
+	}
 	return d
 }
 
@@ -796,6 +801,58 @@ func TestRunReadyzFollowsAPIServerAndCRI(t *testing.T) {
 	up = time.Now()
 	d.waitReadyz(t, http.StatusOK, "ok", 60*time.Second)
 	t.Logf("containerd back: /readyz 200 after %v", time.Since(up).Round(time.Millisecond))
+}
+
+// TestRunServesProbesWhileAPIServerDownAtStart starts the agent while the
+// API server is down (a node rebooting with its control plane): /healthz is
+// 200 and /readyz 503 naming the start-up step at once, so the kubelet does
+// not restart it in a loop; once the API server is back it becomes ready.
+func TestRunServesProbesWhileAPIServerDownAtStart(t *testing.T) {
+	const node = "coldstart-node"
+	createNode(t, node)
+	ctrd := containerd.Start(t, containerd.Options{})
+	env.StopAPIServer()
+	apiBack := false
+	t.Cleanup(func() {
+		if !apiBack {
+			if err := env.StartAPIServer(); err != nil {
+				t.Errorf("restarting the API server: %v", err)
+			}
+		}
+	})
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 100Mi", ctrd: ctrd, noWait: true})
+	d.waitReadyz(t, http.StatusServiceUnavailable, "startup: starting: waiting for the pod and node informers", 15*time.Second)
+	time.Sleep(2 * time.Second)
+	if code, body := httpGet(d.url + "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz during start-up: %d %s, want 200", code, body)
+	}
+	if code, _ := httpGet(d.url + "/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics during start-up: %d, want 200", code)
+	}
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatalf("restarting the API server: %v", err)
+	}
+	apiBack = true
+	d.waitReady(t, 60*time.Second)
+}
+
+// TestRunStopsCleanlyDuringStartUp cancels the agent while it waits for an
+// unreachable API server: runDaemon returns nil at once.
+func TestRunStopsCleanlyDuringStartUp(t *testing.T) {
+	const node = "cancel-start-node"
+	createNode(t, node)
+	ctrd := containerd.Start(t, containerd.Options{})
+	env.StopAPIServer()
+	defer func() {
+		if err := env.StartAPIServer(); err != nil {
+			t.Errorf("restarting the API server: %v", err)
+		}
+	}()
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 100Mi", ctrd: ctrd, noWait: true})
+	d.waitReadyz(t, http.StatusServiceUnavailable, "startup", 15*time.Second)
+	if took := d.stop(t); took > 5*time.Second {
+		t.Errorf("stop during start-up took %v", took)
+	}
 }
 
 // TestDeployManifestsAcceptedByAPIServer runs `kubectl apply --dry-run=server
