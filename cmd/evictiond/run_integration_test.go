@@ -478,10 +478,11 @@ func readFile(t *testing.T, path string) string {
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the write count needs.
 type auditEvent struct {
-	Verb      string `json:"verb"`
-	Stage     string `json:"stage"`
-	UserAgent string `json:"userAgent"`
-	ObjectRef struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	Stage      string `json:"stage"`
+	UserAgent  string `json:"userAgent"`
+	ObjectRef  struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		Namespace   string `json:"namespace"`
@@ -493,6 +494,26 @@ type auditEvent struct {
 // daemonUserAgent is the user agent runDaemon's client sends; the test's own
 // clients send the test binary's name (e.g. "evictiond.test/...").
 const daemonUserAgent = "evictiond"
+
+// countAgentRequests counts the agent's requests for uri since `since`.
+func countAgentRequests(t *testing.T, since time.Time, uri string) int {
+	t.Helper()
+	data, err := os.ReadFile(env.AuditLogPath)
+	if err != nil {
+		t.Fatalf("reading the audit log: %v", err)
+	}
+	var n int
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var e auditEvent
+		if len(line) == 0 || json.Unmarshal(line, &e) != nil {
+			continue
+		}
+		if e.Stage == "ResponseComplete" && e.UserAgent == daemonUserAgent && e.RequestURI == uri && !e.RequestReceivedTimestamp.Before(since) {
+			n++
+		}
+	}
+	return n
+}
 
 // agentWrites returns the write requests evictiond
 // made since `since`, from the API server's audit log.
@@ -772,6 +793,20 @@ func TestRunReadyzFollowsAPIServerAndCRI(t *testing.T) {
 	ctrd := containerd.Start(t, containerd.Options{})
 	d := startDaemon(t, "readyz-node", daemonOptions{evictionHard: "  memory.available: 100Mi", ctrd: ctrd})
 	d.waitReadyz(t, http.StatusOK, "ok", 5*time.Second)
+
+	// Probed like the kubelet would (faster), a quiet agent with its watches
+	// open costs the API server nothing: past the 30 s after its last request,
+	// it still does not ask the API server's /readyz.
+	quiet := time.Now()
+	for time.Since(quiet) < 40*time.Second {
+		if code, body := httpGet(d.url + "/readyz"); code != http.StatusOK {
+			t.Fatalf("/readyz while all is well: %d\n%s", code, body)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if n := countAgentRequests(t, quiet, "/readyz"); n != 0 {
+		t.Errorf("the agent asked the API server's /readyz %d times in 40 s with its watches open; want 0", n)
+	}
 
 	env.StopAPIServer()
 	apiBack := false
