@@ -890,6 +890,33 @@ func TestRunStopsCleanlyDuringStartUp(t *testing.T) {
 	}
 }
 
+// TestRunStopsPromptlyWhileAPIServerDown stops an agent that keeps deciding
+// (dry run under a met threshold, so Events queue up) while the API server
+// is unreachable: pending Event writes and watch retries must not hold the
+// shutdown past the DaemonSet's terminationGracePeriodSeconds (10 s).
+func TestRunStopsPromptlyWhileAPIServerDown(t *testing.T) {
+	const node, ns = "stopdown-node", "stopdown"
+	createPods(t, ns, node, 2)
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 99%", dryRun: true})
+	d.waitMetric(t, `evictiond_evictions_total{result="dry_run",signal="memory.available"}`,
+		func(v float64) bool { return v >= 1 }, "a dry-run decision", 30*time.Second)
+	env.StopAPIServer()
+	defer func() {
+		if err := env.StartAPIServer(); err != nil {
+			t.Errorf("restarting the API server: %v", err)
+		}
+	}()
+	// Decisions go on (the loop reads the informer cache) and their Events fail.
+	before, _ := d.metricValue(t, `evictiond_evictions_total{result="dry_run",signal="memory.available"}`)
+	d.waitMetric(t, `evictiond_evictions_total{result="dry_run",signal="memory.available"}`,
+		func(v float64) bool { return v > before }, "decisions while the API server is down", 30*time.Second)
+	took := d.stop(t)
+	t.Logf("stopped %v after cancel with the API server down", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("shutdown took %v with the API server down, want under 5s", took)
+	}
+}
+
 // TestDeployManifestsAcceptedByAPIServer runs `kubectl apply --dry-run=server
 // -k deploy/` against the real API server: every object of the kustomization
 // passes the server's validation and admission (the namespace is created
