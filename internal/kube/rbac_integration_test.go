@@ -5,6 +5,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,38 @@ func TestNodeInformersHoldOnlyThisNodesObjects(t *testing.T) {
 	}
 	if len(nodes) != 1 || nodes[0].Name != own.name {
 		t.Fatalf("node cache = %d nodes, want only %s", len(nodes), own.name)
+	}
+
+	// Every list and watch the agent made of pods or nodes was scoped by a field
+	// selector: its API load does not grow with the cluster.
+	data, err := os.ReadFile(env.AuditLogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var ev struct {
+			Verb       string `json:"verb"`
+			RequestURI string `json:"requestURI"`
+			User       struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource string `json:"resource"`
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.User.Username != agentUsername {
+			continue
+		}
+		if (ev.Verb != "list" && ev.Verb != "watch") || (ev.ObjectRef.Resource != "pods" && ev.ObjectRef.Resource != "nodes") {
+			continue
+		}
+		if !strings.Contains(ev.RequestURI, "fieldSelector=") {
+			t.Errorf("unscoped %s by the agent: %s", ev.Verb, ev.RequestURI)
+		}
+		scoped++
+	}
+	if scoped == 0 {
+		t.Fatal("no list or watch by the agent in the audit log: the check above proves nothing")
 	}
 }
