@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
@@ -114,6 +116,16 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 	if err := evict(otherPod2); err != nil {
 		t.Errorf("evicting another node's pod was refused (%v): docs/rbac.md says the API cannot scope it; update the docs", err)
 	}
+
+	// The agent's identity without a node binding (here: impersonated, no extra at all)
+	// may write nothing.
+	impersonated := rest.CopyConfig(env.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{UserName: agentUsername}
+	mustDeny("taint its node without a node-bound token", func() error {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": getNode(t, own.name).Spec.Taints}})
+		_, err := kubernetes.NewForConfigOrDie(impersonated).CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}(), "token bound to its pod on a node")
 
 	mustAllow("list pods of its node", func() error {
 		_, err := agent.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + own.name})
