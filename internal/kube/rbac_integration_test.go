@@ -155,6 +155,12 @@ func TestNodeInformersHoldOnlyThisNodesObjects(t *testing.T) {
 		if p.Spec.NodeName != own.name {
 			t.Errorf("pod cache holds %s/%s of node %s", p.Namespace, p.Name, p.Spec.NodeName)
 		}
+		if len(p.ManagedFields) != 0 {
+			t.Errorf("cached pod %s/%s keeps %d managedFields entries", p.Namespace, p.Name, len(p.ManagedFields))
+		}
+	}
+	if len(mine.ManagedFields) == 0 {
+		t.Fatal("test premise: the API server's pod has managedFields")
 	}
 	nodes, err := inf.Node.List(labels.Everything())
 	if err != nil {
