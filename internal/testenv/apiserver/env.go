@@ -318,9 +318,9 @@ func (e *Env) StopAPIServer() {
 // StartAPIServer (re)starts kube-apiserver on the same address with the same state and
 // waits until /readyz answers.
 //
-// On a restart it also waits until the controller manager works again (its watches
-// reconnect with a back-off of up to 30 s): a namespace created right after the restart
-// would otherwise get its default ServiceAccount late, and pods in it are refused.
+// On a restart it also restarts the controller manager, whose watches would otherwise
+// reconnect with a back-off of up to 30 s (a namespace created meanwhile gets its default
+// ServiceAccount late, and pods in it are refused), and waits until it works.
 func (e *Env) StartAPIServer() error {
 	if e.apiserver.running() {
 		return nil
@@ -333,6 +333,10 @@ func (e *Env) StartAPIServer() error {
 	}
 	if e.kcm == nil {
 		return nil // first start: Start waits for the controllers itself
+	}
+	e.kcm.stop(10 * time.Second)
+	if err := e.kcm.start(); err != nil {
+		return err
 	}
 	return e.waitControllersCatchUp(e.opts.StartTimeout)
 }
