@@ -16,6 +16,10 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
+// Per-pod usage: memory working set and process counts fresh from the pod
+// cgroup, container names and writable layers from the CRI, logs and local
+// volumes from the housekeeping cache of bounded walks.
+
 // DiscoverPods lists the pods that have a cgroup under kubepods, for when no
 // pod list is at hand; their names are unknown.
 func (m *Monitor) DiscoverPods() ([]PodRef, error) {

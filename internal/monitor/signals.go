@@ -11,6 +11,9 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
+// Node signals, one reader each: memory (root cgroup and kubepods), PSI,
+// PIDs and filesystems. Each observation carries the time it was read.
+
 func (m *Monitor) readMemorySignals(b *snapshotBuilder) {
 	mi, err := readMeminfo(m.proc, m.procDir)
 	if err != nil {
