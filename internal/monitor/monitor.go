@@ -282,7 +282,7 @@ func (m *Monitor) ObserveMemory() *Snapshot {
 // ObservePods in one snapshot.
 func (m *Monitor) Observe(ctx context.Context, pods []PodRef) *Snapshot {
 	s := m.ObserveNode(ctx)
-	m.readPods(ctx, s, pods)
+	m.readPods(ctx, s, pods, true)
 	return s
 }
 
@@ -313,7 +313,16 @@ func (m *Monitor) SetPods(pods []PodRef) {
 // kernel time on cgroup v1, which a 1 s loop should not pay when nothing
 // is starved.
 func (m *Monitor) ObservePods(ctx context.Context, s *Snapshot, pods []PodRef) {
-	m.readPods(ctx, s, pods)
+	m.readPods(ctx, s, pods, true)
+}
+
+// ObservePodDisk adds only the pods' disk usage (writable layers, logs, local
+// volumes, all from the housekeeping cache: no cgroup reads), which the
+// local-storage limit checks need on every pass; ObservePods then adds memory
+// and processes when pods must be ranked. Memory and process fields stay nil
+// (unmeasured) until then.
+func (m *Monitor) ObservePodDisk(ctx context.Context, s *Snapshot, pods []PodRef) {
+	m.readPods(ctx, s, pods, false)
 }
 
 func signalOrder(sig policy.Signal) int {

@@ -60,7 +60,10 @@ func (m *Monitor) locatePod(pod PodRef) (string, error) {
 	return "", fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, want, fs.ErrNotExist)
 }
 
-func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef) {
+// readPods fills s with the pods' usage; withCgroups false reads only the
+// disk usage (from the housekeeping cache) and leaves memory and processes
+// unmeasured.
+func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, withCgroups bool) {
 	m.mu.Lock()
 	m.pods = append(m.pods[:0], pods...)
 	needLayers := m.cfg.Runtime != nil && !m.layersRead
@@ -72,6 +75,15 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef) {
 	for _, pod := range pods {
 		ps := policy.PodStats{Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
 		var errs []string
+		if !withCgroups {
+			ps.Time = time.Now()
+			errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
+			s.Pods[pod.UID] = ps
+			if len(errs) > 0 {
+				s.PodErrors[pod.UID] = strings.Join(errs, "; ")
+			}
+			continue
+		}
 		cg, err := m.locatePod(pod)
 		var u memcgUsage
 		if err == nil {
