@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +90,7 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 			return nil, "", nil
 		}
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
-		if err != nil {
+		if err != nil || math.IsNaN(p) {
 			return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
 		}
 		if p < 0 {
@@ -123,7 +124,7 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	val = strings.TrimSpace(val)
 	if strings.HasSuffix(val, "%") {
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
-		if err != nil {
+		if err != nil || math.IsNaN(p) {
 			return nil, fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
 		}
 		if p <= 0 {
