@@ -188,7 +188,7 @@ func (es Errors) Error() string {
 func Decode(data []byte) (*Scenario, *policy.Config, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, Errors{Error{"(document)", firstLine(err.Error()), "must be valid YAML without duplicate keys"}}
+		return nil, nil, Errors{Error{"(document)", policy.YAMLErrorText(err), "must be valid YAML without duplicate keys"}}
 	}
 	var sc Scenario
 	strict, err := kjson.UnmarshalStrict(js, &sc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
