@@ -75,10 +75,7 @@ func podEphemeralUsage(pod *v1.Pod, st PodStats) (int64, bool) {
 		total += val(c.RootfsBytes) + val(c.LogsBytes)
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil { // not ephemeral
-			continue
-		}
-		if v.EmptyDir != nil && v.EmptyDir.Medium != v1.StorageMediumMemory || v.ConfigMap != nil || v.GitRepo != nil {
+		if isLocalEphemeralVolume(v) {
 			if vs, ok := st.Volumes[v.Name]; ok && vs.UsedBytes != nil {
 				known = true
 				total += *vs.UsedBytes

@@ -53,20 +53,24 @@ func rankUsage(s Signal, layout FilesystemLayout) fsUsage {
 	return u
 }
 
-// localVolumeNames lists the volumes the kubelet counts as local: hostPath,
-// disk-backed emptyDir, configMap and gitRepo.
+// localVolumeNames lists the volumes the kubelet counts as local: hostPath
+// and the local ephemeral ones.
 func localVolumeNames(pod *v1.Pod) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.HostPath != nil,
-			v.EmptyDir != nil && v.EmptyDir.Medium != v1.StorageMediumMemory,
-			v.ConfigMap != nil,
-			v.GitRepo != nil:
+		if v.HostPath != nil || isLocalEphemeralVolume(v) {
 			out = append(out, v.Name)
 		}
 	}
 	return out
+}
+
+// isLocalEphemeralVolume is the kubelet's volumeutils.IsLocalEphemeralVolume:
+// gitRepo, configMap and emptyDirs on the node's disk (the default medium;
+// Memory and HugePages* emptyDirs use no disk).
+func isLocalEphemeralVolume(v v1.Volume) bool {
+	return v.GitRepo != nil || v.ConfigMap != nil ||
+		v.EmptyDir != nil && v.EmptyDir.Medium == v1.StorageMediumDefault
 }
 
 func val(p *int64) int64 {
