@@ -41,8 +41,8 @@ func localStorageViolation(pod *v1.Pod, st PodStats, layout FilesystemLayout) (S
 	}
 	for _, c := range pod.Spec.Containers {
 		limit, ok := c.Resources.Limits[v1.ResourceEphemeralStorage]
-		if !ok {
-			continue
+		if !ok || limit.IsZero() {
+			continue // the kubelet reads a zero limit as no limit
 		}
 		cs, ok := st.Containers[c.Name]
 		if !ok {
