@@ -269,7 +269,10 @@ func (e *Engine) Select(a *Assessment, obs Observations, max int) Selection {
 
 // gracePeriod: hard thresholds 1 s; soft ones evictionMaxPodGracePeriod, or
 // min(evictionMaxPodGracePeriod, terminationGracePeriodSeconds) when the pod
-// sets one.
+// sets one — but never below 1 s. The kubelet passes 0 to its own pod
+// workers, where it means "at once"; in the Eviction API's DeleteOptions 0
+// means a forced deletion that removes the pod object without waiting for
+// the kubelet, so a soft eviction would be harsher than a hard one.
 func (e *Engine) gracePeriod(t Threshold, pod *v1.Pod) int64 {
 	if t.Hard() {
 		return ImmediateEvictionGracePeriodSeconds
@@ -278,7 +281,7 @@ func (e *Engine) gracePeriod(t Threshold, pod *v1.Pod) int64 {
 	if tgps := pod.Spec.TerminationGracePeriodSeconds; tgps != nil && *tgps < g {
 		g = *tgps
 	}
-	return g
+	return max(g, ImmediateEvictionGracePeriodSeconds)
 }
 
 func expectedReclaim(p *podInfo, s Signal) int64 {
