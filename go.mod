@@ -3,6 +3,7 @@ module github.com/evictiond/evictiond
 go 1.26.8
 
 require (
+	github.com/google/go-cmp v0.7.0
 	k8s.io/api v0.35.4
 	k8s.io/apimachinery v0.35.4
 	k8s.io/component-helpers v0.35.4

@@ -237,11 +237,14 @@ func strictError(err error) FieldError {
 func decodeError(err error, doc []byte) FieldError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		value := te.Value
+		field, value := te.Field, te.Value
 		if raw, ok := jsonAt(doc, te.Field); ok {
 			value = raw
 		}
-		return FieldError{Field: te.Field, Value: value, Rule: "must be of type " + typeName(te.Type.String())}
+		if field == "" { // the document itself is not a mapping
+			field, value = "(document)", string(doc)
+		}
+		return FieldError{Field: field, Value: value, Rule: "must be of type " + typeName(te.Type.String())}
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {

@@ -477,3 +477,10 @@ func TestLoad_RequiresHeader(t *testing.T) {
 		t.Fatalf("errors = %q, want %q", errs.Error(), want.Error())
 	}
 }
+
+func TestLoad_DocumentNotAMapping(t *testing.T) {
+	_, errs := Load([]byte("00"))
+	if got, want := errs.Error(), `(document): "0": must be of type mapping`; got != want {
+		t.Fatalf("errors = %q, want %q", got, want)
+	}
+}
