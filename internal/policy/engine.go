@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -161,7 +162,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 
 	e.firstObservedAt = firstObserved
 	e.thresholdsMet = graceMet
-	e.lastObservations = in.Observations
+	e.lastObservations = maps.Clone(in.Observations) // the caller may reuse its map
 
 	for _, t := range met {
 		o := in.Observations[t.Signal]

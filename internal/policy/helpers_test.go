@@ -409,3 +409,20 @@ evictionMinimumReclaim: {nodefs.available: 1Gi}`)
 		})
 	}
 }
+
+// The loop may refill one Observations map on every pass; the engine must
+// keep its own copy for the stale-stats guard, or every later sample looks
+// as old as itself and no eviction ever happens again.
+func TestEngine_KeepsItsOwnCopyOfObservations(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {memory.available: 500Mi}\nenforceNodeAllocatable: []"), clock, "")
+	obs := Observations{SignalMemoryAvailable: obsAt(100*Mi, 8*Gi, clock.now)}
+	for pass := 0; pass < 3; pass++ {
+		a := e.Assess(Input{Observations: obs})
+		if a.Starved == nil {
+			t.Fatalf("pass %d on a new sample in a reused map: not starved", pass)
+		}
+		clock.Step(time.Second)
+		obs[SignalMemoryAvailable] = obsAt(100*Mi, 8*Gi, clock.now)
+	}
+}
