@@ -396,3 +396,34 @@ func TestLocalStorage_ZeroContainerLimitIgnored(t *testing.T) {
 		t.Fatalf("zero limit violated: %s %q", sig, msg)
 	}
 }
+
+// PIDs and inodes are counts and print as plain integers everywhere, not
+// as "4k" next to "3500".
+func TestFormatValue_CountsArePlainIntegers(t *testing.T) {
+	cases := []struct {
+		signal Signal
+		v      int64
+		want   string
+	}{
+		{SignalPIDAvailable, 4000, "4000"},
+		{SignalPIDAvailable, 3500, "3500"},
+		{SignalNodeFsInodesFree, 5_000_000, "5000000"},
+		{SignalMemoryAvailable, 500 * Mi, "500Mi"},
+		{SignalNodeFsAvailable, 1536 * Mi, "1536Mi"},
+		{SignalNodeFsAvailable, 1_000_000_000, "1000000000"},
+		{SignalMemoryPSISomeAvg10, PSIScale - 4225, "42.25%"},
+	}
+	for _, tc := range cases {
+		if got := FormatValue(tc.signal, tc.v); got != tc.want {
+			t.Errorf("FormatValue(%s, %d) = %q, want %q", tc.signal, tc.v, got, tc.want)
+		}
+	}
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, `evictionHard: {pid.available: "5000"}`), clock, "")
+	pods := []*v1.Pod{newPod("p")}
+	a := e.Assess(Input{Observations: Observations{SignalPIDAvailable: obsAt(3100, 32768, t0)}, Pods: pods, Stats: PodStatsByUID{"p": {Processes: i64(10)}}})
+	sel := e.Select(a, nil, 1)
+	if want := "The node was low on resource: pids. Threshold quantity: 5000, available: 3100. "; len(sel.Candidates) != 1 || sel.Candidates[0].Message != want {
+		t.Fatalf("candidates %+v, want message %q", sel.Candidates, want)
+	}
+}

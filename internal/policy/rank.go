@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -325,7 +326,9 @@ func FormatValue(s Signal, v int64) string {
 	case s.IsPSI():
 		return fmt.Sprintf("%.2f%%", float64(PSIScale-v)/100)
 	case s.Resource() == ResourceInodes || s.Resource() == ResourcePIDs:
-		return resource.NewQuantity(v, resource.DecimalSI).String()
+		// Counts as plain integers: a DecimalSI quantity prints 4000 as "4k"
+		// but 3500 as "3500", which reads as two different units side by side.
+		return strconv.FormatInt(v, 10)
 	}
 	return fmtBytes(v)
 }
@@ -380,7 +383,7 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 // thresholdText is the threshold as a quantity: the user's quantity, or a
 // percentage resolved against capacity.
 func thresholdText(t Threshold, capacity int64) string {
-	if t.Value.Quantity != nil {
+	if t.Value.Quantity != nil && t.Signal.Resource() != ResourceInodes && t.Signal.Resource() != ResourcePIDs {
 		return t.Value.Quantity.String()
 	}
 	return FormatValue(t.Signal, t.quantity(capacity))
