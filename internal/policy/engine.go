@@ -390,9 +390,15 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 		if !sameReclaim(p.signal, t.Signal) {
 			continue
 		}
-		// The pod is gone (or past the timeout and terminating): stats from
-		// before its departure still count its usage, so credit it.
-		if o, ok := obs[t.Signal]; ok && (p.goneAt.IsZero() || !o.Time.After(p.goneAt)) {
+		// A pod still there past the cleanup timeout has freed nothing and
+		// may never do so (stuck terminating): no credit, or the timeout
+		// would not bound anything.
+		if p.goneAt.IsZero() {
+			continue
+		}
+		// The pod is gone: stats from before its departure still count its
+		// usage, so credit it.
+		if o, ok := obs[t.Signal]; ok && !o.Time.After(p.goneAt) {
 			credit += p.expected
 			creditFrom = append(creditFrom, p.key)
 		}
