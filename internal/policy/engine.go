@@ -340,9 +340,9 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 			p.goneAt = now
 		}
 		if !p.goneAt.IsZero() {
-			o, ok := in.Observations[p.signal]
+			o, ok := in.Observations[settleSignal(p.signal)]
 			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= psiWindow(p.signal)
-			if settled || isLocalStorageSignal(p.signal) {
+			if settled || isLocalStorageSignal(p.signal) && !ok {
 				continue
 			}
 		}
@@ -353,6 +353,16 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 
 func isLocalStorageSignal(s Signal) bool {
 	return s == SignalEmptyDirLimit || s == SignalPodEphemeralLimit || s == SignalContainerEphemeralLimit
+}
+
+// settleSignal is the signal whose newer observation shows an eviction's
+// effect: the signal itself, or for local-storage limit evictions nodefs,
+// where emptyDirs and logs live in every layout.
+func settleSignal(s Signal) Signal {
+	if isLocalStorageSignal(s) {
+		return SignalNodeFsAvailable
+	}
+	return s
 }
 
 // psiWindow is how long a PSI average takes to reflect a change.
@@ -374,9 +384,6 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 	var credit int64
 	var creditFrom []string
 	for _, p := range e.pending {
-		if isLocalStorageSignal(p.signal) {
-			continue
-		}
 		if p.goneAt.IsZero() && now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
 			return fmt.Sprintf("waiting for %s to terminate (evicted %v ago for %s, up to loop.podCleanupTimeout %v)",
 				p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)
@@ -417,10 +424,14 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 }
 
 // sameReclaim: evicting for signal a frees what signal b measures (the same
-// signal, or the two memory.available signals).
+// signal, the two memory.available signals, or a local-storage limit
+// eviction and a disk space signal).
 func sameReclaim(a, b Signal) bool {
 	if a == b {
 		return true
+	}
+	if isLocalStorageSignal(a) {
+		return b.Resource() == ResourceEphemeralStorage
 	}
 	mem := func(s Signal) bool { return s == SignalMemoryAvailable || s == SignalAllocatableMemoryAvailable }
 	return mem(a) && mem(b)

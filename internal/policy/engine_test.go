@@ -426,3 +426,49 @@ func TestFormatValue_CountsArePlainIntegers(t *testing.T) {
 		t.Fatalf("candidates %+v, want message %q", sel.Candidates, want)
 	}
 }
+
+// A pod evicted for a local-storage limit is waited for like any other
+// (the kubelet's waitForPodsCleanup gets those pods too): while it
+// terminates no threshold victim is chosen on disk numbers that still hold
+// its usage, and once gone its usage is credited until newer stats.
+func TestEngine_LocalStorageEvictionIsWaitedFor(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {nodefs.available: 10Gi}\nreclaim: {containerGC: false, podLogs: false, imageGC: {enabled: false}}"), clock, "")
+	filler := newPod("filler", withVolumes(emptyDir("cache", "1Gi", "")))
+	other := newPod("other")
+	stats := PodStatsByUID{
+		"filler": {Volumes: map[string]VolumeStats{"cache": {UsedBytes: i64(3 * Gi)}}},
+		"other":  {Containers: map[string]ContainerStats{"c": {RootfsBytes: i64(5 * Gi)}}},
+	}
+	input := func(avail int64, at time.Time, pods ...*v1.Pod) Input {
+		return Input{Observations: Observations{SignalNodeFsAvailable: obsAt(avail, 100*Gi, at)}, Pods: pods, Stats: stats}
+	}
+	// Pass 1: plenty of space; filler is over its emptyDir limit.
+	a := e.Assess(input(50*Gi, clock.now, filler, other))
+	if len(a.LocalStorage) != 1 {
+		t.Fatalf("local-storage candidates: %d", len(a.LocalStorage))
+	}
+	e.Evicted(a.LocalStorage[0])
+
+	// Pass 2: nodefs below its threshold while filler still terminates: wait.
+	clock.Step(time.Second)
+	sel := e.Select(e.Assess(input(8*Gi, clock.now, filler, other)), nil, 1)
+	if !strings.HasPrefix(sel.Waiting, "waiting for default/filler to terminate") {
+		t.Fatalf("while the local-storage victim terminates: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+
+	// Pass 3: filler gone, stats from the moment it left: 8Gi + 3Gi credit
+	// is above the threshold, so wait for newer stats.
+	clock.Step(time.Second)
+	sel = e.Select(e.Assess(input(8*Gi, clock.now, other)), nil, 1)
+	if !strings.HasPrefix(sel.Waiting, "expected reclaim of [default/filler] (3Gi)") {
+		t.Fatalf("stale stats after departure: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+
+	// Pass 4: newer stats still below the threshold: evict for real.
+	clock.Step(time.Second)
+	sel = e.Select(e.Assess(input(9*Gi, clock.now, other)), nil, 1)
+	if sel.Waiting != "" || len(sel.Candidates) != 1 || sel.Candidates[0].Pod.Name != "other" {
+		t.Fatalf("fresh stats: waiting %q, candidates %+v", sel.Waiting, sel.Candidates)
+	}
+}
