@@ -37,7 +37,8 @@ func TestParseThresholdValue_KubeletStatementRules(t *testing.T) {
 		{name: "negative quantity", signal: SignalMemoryAvailable, value: "-100Mi", err: "eviction threshold must be positive"},
 		{name: "not a quantity", signal: SignalMemoryAvailable, value: "lots", err: "must be a quantity (500Mi) or a percentage (10%)"},
 		{name: "empty", signal: SignalMemoryAvailable, value: "", err: "must not be empty"},
-		{name: "PSI stall percentage is inverted into headroom", signal: SignalMemoryPSISomeAvg10, value: "40%", percent: 0.60},
+		{name: "PSI stall percentage is inverted into exact headroom", signal: SignalMemoryPSISomeAvg10, value: "40%", quantity: 6000},
+		{name: "PSI stall with hundredths", signal: SignalMemoryPSIFullAvg300, value: "30.01%", quantity: 6999},
 		{name: "PSI quantity refused", signal: SignalMemoryPSIFullAvg60, value: "40", err: "a pressure stall threshold is a percentage of time stalled, like 40%"},
 	}
 	for _, tc := range cases {
@@ -391,6 +392,32 @@ evictionSoftGracePeriod: {nodefs.available: 1m}`)
 
 // PSI thresholds: ">" in flag form, percentage only, met when the stall
 // rises above the threshold.
+// Every PSI threshold a user can write (the kernel reports hundredths of a
+// percent) is met from exactly 0.01% above it.
+func TestPSIThreshold_BoundaryIsExact(t *testing.T) {
+	for hundredths := int64(1); hundredths < PSIScale; hundredths += 7 {
+		raw := fmt.Sprintf("%d.%02d%%", hundredths/100, hundredths%100)
+		v, _, err := parseThresholdValue(SignalMemoryPSISomeAvg10, raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		th := []Threshold{{Signal: SignalMemoryPSISomeAvg10, Value: *v}}
+		stall := func(h int64) Observations {
+			return Observations{SignalMemoryPSISomeAvg10: {Available: PSIScale - h, Capacity: PSIScale}}
+		}
+		if len(thresholdsMet(th, stall(hundredths), false)) != 0 {
+			t.Fatalf("threshold %s met by a stall equal to it", raw)
+		}
+		if len(thresholdsMet(th, stall(hundredths+1), false)) != 1 {
+			t.Fatalf("threshold %s not met by a stall 0.01%% above it", raw)
+		}
+	}
+	mr, err := parseMinReclaim(SignalMemoryPSISomeAvg10, "5.07%")
+	if err != nil || mr.Resolve(PSIScale) != 507 {
+		t.Fatalf("PSI minimum reclaim 5.07%% = %v (%v), want 507 hundredths", mr, err)
+	}
+}
+
 func TestPSIThreshold_MetWhenStallRisesAbove(t *testing.T) {
 	cfg := mustLoad(t, "evictionHard: \"memory.pressure.some.avg10>40%\"")
 	if len(cfg.Thresholds) != 1 || cfg.Thresholds[0].Signal != SignalMemoryPSISomeAvg10 {

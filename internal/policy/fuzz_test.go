@@ -99,8 +99,14 @@ func checkThresholdValue(t *testing.T, signal Signal, raw string) {
 	if text != strings.TrimSpace(raw) {
 		t.Fatalf("parseThresholdValue(%s, %q) raw = %q", signal, raw, text)
 	}
+	if v.Quantity != nil && signal.IsPSI() {
+		if q := v.Quantity.Value(); q < 0 || q > PSIScale {
+			t.Fatalf("parseThresholdValue(%s, %q) = headroom %d, outside [0, %d]", signal, raw, q, PSIScale)
+		}
+		return
+	}
 	if v.Quantity != nil {
-		if signal.IsPSI() || v.Quantity.Sign() <= 0 {
+		if v.Quantity.Sign() <= 0 {
 			t.Fatalf("parseThresholdValue(%s, %q) = quantity %v", signal, raw, v.Quantity)
 		}
 		// The quantity re-parses from its canonical text to the same value.

@@ -99,12 +99,13 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 		if p > 100 {
 			return nil, "", fmt.Errorf("eviction percentage threshold must be <= 100%%")
 		}
-		pct := float32(p / 100)
 		if signal.IsPSI() {
-			// Stall above pct <=> headroom below 1-pct.
-			pct = 1 - pct
+			// Stall above p% <=> headroom below PSIScale - p% (in hundredths
+			// of a percent, the kernel's resolution), kept exact: as a float32
+			// fraction the boundary was 0.01% off for about half of all values.
+			return &ThresholdValue{Quantity: psiQuantity(PSIScale - psiHundredths(p))}, val, nil
 		}
-		return &ThresholdValue{Percentage: pct}, val, nil
+		return &ThresholdValue{Percentage: float32(p / 100)}, val, nil
 	}
 	if signal.IsPSI() {
 		return nil, "", fmt.Errorf("a pressure stall threshold is a percentage of time stalled, like 40%%")
@@ -119,6 +120,11 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	return &ThresholdValue{Quantity: &q}, val, nil
 }
 
+// psiHundredths is a stall percentage in PSIScale units (hundredths of a percent).
+func psiHundredths(pct float64) int64 { return int64(math.Round(pct * PSIScale / 100)) }
+
+func psiQuantity(v int64) *resource.Quantity { return resource.NewQuantity(v, resource.DecimalSI) }
+
 // parseMinReclaim parses a minimum reclaim value with the kubelet's rules.
 func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	val = strings.TrimSpace(val)
@@ -132,6 +138,9 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 		}
 		if p > 100 {
 			return nil, fmt.Errorf("eviction percentage minimum reclaim must be <= 100%%")
+		}
+		if signal.IsPSI() {
+			return &ThresholdValue{Quantity: psiQuantity(psiHundredths(p))}, nil
 		}
 		return &ThresholdValue{Percentage: float32(p / 100)}, nil
 	}
