@@ -175,7 +175,7 @@ func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldError
 	}
 	var errs FieldErrors
 	for _, se := range strictErrs {
-		errs = append(errs, strictError(se))
+		errs = append(errs, strictError(se, jsonData))
 	}
 	if requireHeader || cfg.APIVersion != "" || cfg.Kind != "" {
 		if cfg.APIVersion != APIVersion {
@@ -221,12 +221,18 @@ func YAMLErrorText(err error) string {
 }
 
 // strictError turns sigs.k8s.io/json's strict errors ("unknown field
-// \"a.b\"", "duplicate field \"a\"") into field errors.
-func strictError(err error) FieldError {
+// \"a.b\"", "duplicate field \"a\"") into field errors, with the value
+// found at the field when it can be located.
+func strictError(err error, doc []byte) FieldError {
 	msg := err.Error()
 	for _, kind := range []string{"unknown field", "duplicate field"} {
 		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
-			return FieldError{Field: strings.Trim(rest, `"`), Value: strings.Trim(rest, `"`), Rule: kind + ": not part of " + Kind}
+			field := strings.Trim(rest, `"`)
+			value, found := jsonAt(doc, field)
+			if !found {
+				value = field
+			}
+			return FieldError{Field: field, Value: value, Rule: kind + ": not part of " + Kind}
 		}
 	}
 	return FieldError{Field: "(document)", Value: msg, Rule: "must match the " + Kind + " schema"}
