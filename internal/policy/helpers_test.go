@@ -426,3 +426,31 @@ func TestEngine_KeepsItsOwnCopyOfObservations(t *testing.T) {
 		obs[SignalMemoryAvailable] = obsAt(100*Mi, 8*Gi, clock.now)
 	}
 }
+
+// Hot reload keeps the state of thresholds that still exist: a soft
+// threshold's grace period keeps counting, hysteresis keeps holding with the
+// new values; a removed threshold stops at once.
+func TestEngine_SetConfigKeepsStateOfThresholdsThatRemain(t *testing.T) {
+	clock := newFakeClock()
+	soft := "evictionHard: {}\nevictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: 1m}\n"
+	e := NewEngine(mustLoad(t, soft), clock, "")
+	in := func(avail int64) Input {
+		return Input{Observations: Observations{SignalMemoryAvailable: obsAt(avail, 8*Gi, clock.now)}}
+	}
+	e.Assess(in(900 * Mi))
+	clock.Step(40 * time.Second)
+	e.SetConfig(mustLoad(t, soft+"evictionMinimumReclaim: {memory.available: 500Mi}"))
+	clock.Step(20 * time.Second)
+	if a := e.Assess(in(900 * Mi)); a.Starved == nil {
+		t.Fatalf("grace period restarted on reload: not starved 60 s after first observation")
+	}
+	clock.Step(time.Second)
+	if a := e.Assess(in(1200 * Mi)); a.Starved == nil {
+		t.Fatalf("the reloaded minimum reclaim (1Gi + 500Mi) does not hold the threshold at 1200Mi")
+	}
+	e.SetConfig(mustLoad(t, "evictionHard: {}"))
+	clock.Step(time.Second)
+	if a := e.Assess(in(100 * Mi)); len(a.Met) != 0 {
+		t.Fatalf("a removed threshold is still met: %d", len(a.Met))
+	}
+}
