@@ -100,3 +100,70 @@ func lineDiff(want, got string) string {
 	}
 	return b.String()
 }
+
+func runScenario(t *testing.T, yaml string) *Result {
+	t.Helper()
+	sc, cfg, err := Decode([]byte(yaml))
+	if err != nil {
+		t.Fatalf("decoding: %v", err)
+	}
+	res, err := Run(sc, cfg)
+	if err != nil {
+		t.Fatalf("running: %v", err)
+	}
+	return res
+}
+
+// Under hard pressure the escalation must not depend on there being at
+// least maxCandidates eligible pods: when every candidate refused, escalate.
+func TestRun_HardPressureEscalatesWhenFewerCandidatesThanMax(t *testing.T) {
+	res := runScenario(t, `
+config:
+  evictionHard: {memory.available: 500Mi}
+  enforceNodeAllocatable: []
+  eviction: {pdbEscalation: {maxCandidates: 3}}
+node: {name: node-1}
+pods:
+  - metadata: {name: a, namespace: x, uid: a}
+    spec: {containers: [{name: c}]}
+  - metadata: {name: b, namespace: x, uid: b}
+    spec: {containers: [{name: c}]}
+steps:
+  - at: 0s
+    observations: {memory.available: {available: 100Mi, capacity: 8Gi}}
+    podStats: {a: {memoryWorkingSet: 2Gi}, b: {memoryWorkingSet: 1Gi}}
+    evictionRefused: [a, b]
+`)
+	s := res.Steps[0]
+	if len(s.Refused) != 2 || s.Eviction == nil || s.Eviction.Pod != "x/a" || !strings.HasPrefix(s.Eviction.Reason, "deleted directly: 2 candidates refused") {
+		t.Fatalf("refused %d, eviction %+v; want both refused and x/a deleted directly", len(s.Refused), s.Eviction)
+	}
+}
+
+// Under soft pressure nothing is forced; when every candidate refuses, the
+// step says so.
+func TestRun_SoftPressureAllRefusedIsExplained(t *testing.T) {
+	res := runScenario(t, `
+config:
+  evictionHard: {}
+  evictionSoft: {memory.available: 500Mi}
+  evictionSoftGracePeriod: {memory.available: 1s}
+  enforceNodeAllocatable: []
+node: {name: node-1}
+pods:
+  - metadata: {name: a, namespace: x, uid: a}
+    spec: {containers: [{name: c}]}
+steps:
+  - at: 0s
+    observations: {memory.available: {available: 100Mi, capacity: 8Gi}}
+    podStats: {a: {memoryWorkingSet: 2Gi}}
+  - at: 1s
+    observations: {memory.available: {available: 100Mi, capacity: 8Gi}}
+    evictionRefused: [a]
+`)
+	s := res.Steps[1]
+	want := "every candidate (1) refused by PodDisruptionBudgets under soft pressure; nothing is forced"
+	if s.Eviction != nil || len(s.Refused) != 1 || len(s.Notes) != 1 || s.Notes[0] != want {
+		t.Fatalf("eviction %+v, refused %d, notes %q; want no eviction and note %q", s.Eviction, len(s.Refused), s.Notes, want)
+	}
+}
