@@ -167,3 +167,38 @@ steps:
 		t.Fatalf("eviction %+v, refused %d, notes %q; want no eviction and note %q", s.Eviction, len(s.Refused), s.Notes, want)
 	}
 }
+
+// Local-storage limit violations take the pass even when a threshold is
+// met; several violators go in one pass, up to eviction.rateLimits.maxPerPass.
+func TestRun_LocalStorageEvictionsFirst(t *testing.T) {
+	res := runScenario(t, `
+config:
+  evictionHard: {nodefs.available: 10%}
+  eviction: {rateLimits: {maxPerPass: 2}}
+node: {name: node-1}
+pods:
+  - metadata: {name: a, namespace: x, uid: a}
+    spec: {volumes: [{name: v, emptyDir: {sizeLimit: 1Gi}}], containers: [{name: c}]}
+  - metadata: {name: b, namespace: x, uid: b}
+    spec: {volumes: [{name: v, emptyDir: {sizeLimit: 1Gi}}], containers: [{name: c}]}
+  - metadata: {name: c, namespace: x, uid: c}
+    spec: {volumes: [{name: v, emptyDir: {sizeLimit: 1Gi}}], containers: [{name: c}]}
+  - metadata: {name: big, namespace: x, uid: big}
+    spec: {containers: [{name: c}]}
+steps:
+  - at: 0s
+    observations: {nodefs.available: {available: 5Gi, capacity: 100Gi}}
+    podStats:
+      a: {volumes: {v: 2Gi}}
+      b: {volumes: {v: 2Gi}}
+      c: {volumes: {v: 2Gi}}
+      big: {containers: {c: {rootfs: 50Gi}}}
+`)
+	s := res.Steps[0]
+	if s.Eviction != nil || len(s.LocalStorage) != 2 || s.LocalStorage[0].Pod != "x/a" || s.LocalStorage[1].Pod != "x/b" {
+		t.Fatalf("eviction %+v, local-storage %+v; want a and b only", s.Eviction, s.LocalStorage)
+	}
+	if len(s.Notes) != 2 || !strings.HasPrefix(s.Notes[0], "1 more local-storage violations wait") {
+		t.Fatalf("notes %q", s.Notes)
+	}
+}
