@@ -341,7 +341,7 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 		}
 		if !p.goneAt.IsZero() {
 			o, ok := in.Observations[settleSignal(p.signal)]
-			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= psiWindow(p.signal)
+			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= e.settleWindow(p.signal)
 			if settled || isLocalStorageSignal(p.signal) && !ok {
 				continue
 			}
@@ -363,6 +363,19 @@ func settleSignal(s Signal) Signal {
 		return SignalNodeFsAvailable
 	}
 	return s
+}
+
+// settleWindow is how long after a pod evicted for s left its effect may
+// still be missing from some signal's readings: for memory evictions, the
+// longest window of the PSI thresholds in force (PSI averages lag).
+func (e *Engine) settleWindow(s Signal) time.Duration {
+	var w time.Duration
+	if s.IsMemory() {
+		for _, t := range e.cfg.Thresholds {
+			w = max(w, psiWindow(t.Signal))
+		}
+	}
+	return w
 }
 
 // psiWindow is how long a PSI average takes to reflect a change.
@@ -388,11 +401,17 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 			return fmt.Sprintf("waiting for %s to terminate (evicted %v ago for %s, up to loop.podCleanupTimeout %v)",
 				p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)
 		}
-		if p.signal.IsPSI() || t.Signal.IsPSI() {
-			if p.signal.IsPSI() && t.Signal.IsPSI() {
-				return fmt.Sprintf("waiting for %s's pressure average to settle after %s left", t.Signal, p.key)
+		if t.Signal.IsPSI() {
+			// Whatever memory signal the pod was evicted for, the average
+			// reflects its departure only after the window.
+			if p.signal.IsMemory() && !p.goneAt.IsZero() && now.Sub(p.goneAt) < psiWindow(t.Signal) {
+				return fmt.Sprintf("waiting for %s's pressure average to settle after %s left (%v ago, window %v)",
+					t.Signal, p.key, now.Sub(p.goneAt).Round(time.Millisecond), psiWindow(t.Signal))
 			}
 			continue
+		}
+		if p.signal.IsPSI() {
+			continue // memory.available readings are fresh; the PSI victim's usage is credited nowhere
 		}
 		if !sameReclaim(p.signal, t.Signal) {
 			continue

@@ -472,3 +472,57 @@ func TestEngine_LocalStorageEvictionIsWaitedFor(t *testing.T) {
 		t.Fatalf("fresh stats: waiting %q, candidates %+v", sel.Waiting, sel.Candidates)
 	}
 }
+
+// A PSI average shows a departure only after its window: after a pod left
+// for any memory signal (memory.available here), a PSI threshold does not
+// choose a second victim until the window has passed since it left.
+func TestEngine_PSIWaitsForItsWindowAfterAnyMemoryEviction(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, `
+evictionHard: {memory.available: 500Mi}
+evictionSoft: {memory.pressure.some.avg10: 30%}
+evictionSoftGracePeriod: {memory.pressure.some.avg10: 5s}
+enforceNodeAllocatable: []`), clock, "")
+	a, b := newPod("a"), newPod("b")
+	stats := PodStatsByUID{"a": memStats(4 * Gi), "b": memStats(2 * Gi)}
+	pass := func(after time.Duration, mem int64, stall int64, pods ...*v1.Pod) Selection {
+		clock.Step(after)
+		return e.Select(e.Assess(Input{Observations: Observations{
+			SignalMemoryAvailable:    obsAt(mem, 8*Gi, clock.now),
+			SignalMemoryPSISomeAvg10: obsAt(PSIScale-stall, PSIScale, clock.now),
+		}, Pods: pods, Stats: stats}), nil, 1)
+	}
+	pass(0, 2*Gi, 5000, a, b)
+	sel := pass(5*time.Second, 400*Mi, 5000, a, b) // memory first
+	if len(sel.Candidates) != 1 || sel.Candidates[0].Signal != SignalMemoryAvailable || sel.Candidates[0].Pod.Name != "a" {
+		t.Fatalf("first victim: %+v", sel.Candidates)
+	}
+	e.Evicted(sel.Candidates[0])
+	pass(time.Second, 400*Mi, 5000, b) // a gone now
+	sel = pass(2*time.Second, 4*Gi, 4500, b)
+	if !strings.HasPrefix(sel.Waiting, "waiting for memory.pressure.some.avg10's pressure average to settle after default/a left") {
+		t.Fatalf("2 s after a left: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+	sel = pass(8*time.Second, 4*Gi, 4500, b) // 10 s after a left
+	if sel.Waiting != "" || len(sel.Candidates) != 1 || sel.Candidates[0].Pod.Name != "b" {
+		t.Fatalf("10 s after a left, stall still 45%%: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+}
+
+// The same bound as for other signals: a pod evicted for PSI that is still
+// there past loop.podCleanupTimeout does not block forever.
+func TestEngine_PSIStuckPodDoesNotBlockForever(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {memory.pressure.some.avg10: 30%}\nloop: {podCleanupTimeout: 5s}"), clock, "")
+	a, b := newPod("a"), newPod("b")
+	stats := PodStatsByUID{"a": memStats(4 * Gi), "b": memStats(2 * Gi)}
+	in := func() Input {
+		return Input{Observations: Observations{SignalMemoryPSISomeAvg10: obsAt(PSIScale-5000, PSIScale, clock.now)}, Pods: []*v1.Pod{a, b}, Stats: stats}
+	}
+	sel := e.Select(e.Assess(in()), nil, 1)
+	e.Evicted(sel.Candidates[0])
+	clock.Step(6 * time.Second)
+	if sel := e.Select(e.Assess(in()), nil, 1); sel.Waiting != "" || len(sel.Candidates) != 1 || sel.Candidates[0].Pod.Name != "b" {
+		t.Fatalf("past the timeout with a still there: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+}
