@@ -8,12 +8,19 @@ DEPS     :=
 TIERS    :=
 FUZZTIME ?= 10s
 
-.PHONY: all build test test-unit test-fuzz deps lint bench demo clean
+.PHONY: all build image test test-unit test-fuzz deps lint bench demo clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/evictiond
+
+# make image: the container image as a docker-archive tarball, built without a
+# Docker engine (same content as the Dockerfile's final stage).
+IMAGE     ?= evictiond.io/evictiond:dev
+IMAGE_TAR ?= bin/evictiond-image.tar
+image: build
+	$(GO) run ./hack/build-image -binary $(BIN) -ref $(IMAGE) -o $(IMAGE_TAR)
 
 -include mk/*.mk
 

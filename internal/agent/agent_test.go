@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/evictiond/evictiond/internal/metrics"
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Fakes for the loop's collaborators: this is a unit test of the loop's
+// sequencing; the collaborators are proven against real components in their
+// own packages.
+
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+type fakeStats struct {
+	clock *fakeClock
+	obs   policy.Observations
+	pods  policy.PodStatsByUID
+	calls int
+	// afterReclaim replaces obs once reclaim ran.
+	afterReclaim policy.Observations
+}
+
+func (s *fakeStats) Observe(ctx context.Context, pods []*v1.Pod) Observed {
+	s.calls++
+	out := policy.Observations{}
+	for k, o := range s.obs {
+		o.Time = s.clock.now
+		out[k] = o
+	}
+	return Observed{Observations: out, Pods: s.pods}
+}
+
+type fakePods struct{ pods []*v1.Pod }
+
+func (p *fakePods) List() ([]*v1.Pod, error) { return p.pods, nil }
+
+type fakeStatus struct{ last []v1.NodeConditionType }
+
+func (s *fakeStatus) SetConditions(c []v1.NodeConditionType) { s.last = c }
+
+type fakeEvictor struct {
+	calls   [][]policy.Candidate
+	outcome string
+}
+
+func (e *fakeEvictor) Evict(ctx context.Context, c []policy.Candidate) EvictResult {
+	e.calls = append(e.calls, c)
+	v := c[0]
+	return EvictResult{Outcome: e.outcome, Victim: &v}
+}
+
+type fakeReclaimer struct {
+	steps []policy.ReclaimStep
+	stats *fakeStats
+	freed int64
+}
+
+func (r *fakeReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) ReclaimResult {
+	r.steps = append(r.steps, step)
+	if r.stats.afterReclaim != nil {
+		r.stats.obs = r.stats.afterReclaim
+	}
+	return ReclaimResult{Freed: r.freed, Items: 1}
+}
+
+func pod(name string, memReq string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name)},
+		Spec: v1.PodSpec{NodeName: "node-1", Containers: []v1.Container{{Name: "c"}}}}
+	if memReq != "" {
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse(memReq)}
+	}
+	return p
+}
+
+func i64(v int64) *int64 { return &v }
+
+func newTestAgent(t *testing.T, yaml string) (*Agent, *fakeClock, *fakeStats, *fakeEvictor, *fakeStatus, *record.FakeRecorder) {
+	t.Helper()
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n" + yaml))
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	stats := &fakeStats{clock: clock, pods: policy.PodStatsByUID{
+		"hog":  {MemoryWorkingSet: i64(3 << 30)},
+		"calm": {MemoryWorkingSet: i64(100 << 20)},
+	}}
+	ev := &fakeEvictor{outcome: "evicted"}
+	st := &fakeStatus{}
+	rec := record.NewFakeRecorder(100)
+	a := New(cfg, Deps{Stats: stats, Pods: &fakePods{pods: []*v1.Pod{pod("hog", "100Mi"), pod("calm", "1Gi")}},
+		Status: st, Evictor: ev, Recorder: rec, Metrics: metrics.New()},
+		Options{NodeName: "node-1", Clock: clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return a, clock, stats, ev, st, rec
+}
+
+func TestPass_HardMemoryPressureEvictsTheRankedFirstPodOnceAndWaits(t *testing.T) {
+	a, clock, stats, ev, st, _ := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\n")
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 1 || ev.calls[0][0].Pod.Name != "hog" {
+		t.Fatalf("evictor calls %v, want one with hog first", ev.calls)
+	}
+	if len(st.last) != 1 || st.last[0] != v1.NodeMemoryPressure {
+		t.Fatalf("conditions %v, want [MemoryPressure]", st.last)
+	}
+	// Next pass, pressure unchanged, hog still terminating: no second victim.
+	clock.now = clock.now.Add(time.Second)
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 1 {
+		t.Fatalf("a second eviction was attempted while the first victim terminates: %d calls", len(ev.calls))
+	}
+}
+
+func TestPass_NoPressureNoEvictionNoConditions(t *testing.T) {
+	a, _, stats, ev, st, rec := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\n")
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 4 << 30, Capacity: 8 << 30}}
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 0 || len(st.last) != 0 || len(rec.Events) != 0 {
+		t.Fatalf("quiet node: %d evictions, conditions %v, %d events", len(ev.calls), st.last, len(rec.Events))
+	}
+}
+
+func TestPass_NodeReclaimThatSufficesEvictsNobody(t *testing.T) {
+	a, _, stats, ev, _, rec := newTestAgent(t, "evictionHard: {nodefs.available: 10%}\n")
+	stats.obs = policy.Observations{policy.SignalNodeFsAvailable: {Available: 5 << 30, Capacity: 100 << 30}}
+	stats.afterReclaim = policy.Observations{policy.SignalNodeFsAvailable: {Available: 30 << 30, Capacity: 100 << 30}}
+	r := &fakeReclaimer{stats: stats, freed: 25 << 30}
+	a.reclaim = r
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 0 {
+		t.Fatalf("evicted although reclaim sufficed")
+	}
+	if len(r.steps) != 1 || r.steps[0] != policy.ReclaimContainerGC {
+		t.Fatalf("reclaim steps %v, want containerGC only (its gain met the need)", r.steps)
+	}
+	if !eventsContain(rec, "NodeReclaim") {
+		t.Fatalf("no NodeReclaim event")
+	}
+}
+
+func TestPass_NodeReclaimThatFallsShortEvicts(t *testing.T) {
+	a, _, stats, ev, _, _ := newTestAgent(t, "evictionHard: {nodefs.available: 10%}\n")
+	stats.obs = policy.Observations{policy.SignalNodeFsAvailable: {Available: 5 << 30, Capacity: 100 << 30}}
+	r := &fakeReclaimer{stats: stats, freed: 0}
+	a.reclaim = r
+	a.pass(context.Background(), "test")
+	if got := len(r.steps); got != 3 {
+		t.Fatalf("reclaim ran %d steps (%v), want all 3 of the single-filesystem layout", got, r.steps)
+	}
+	if len(ev.calls) != 1 {
+		t.Fatalf("no eviction after insufficient reclaim")
+	}
+}
+
+func TestPass_DryRunRecordsWouldEvictAndDoesNotWait(t *testing.T) {
+	a, _, stats, ev, _, rec := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\ndryRun: true\n")
+	ev.outcome = "dry_run"
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
+	a.pass(context.Background(), "test")
+	if !eventsContain(rec, "WouldEvict") {
+		t.Fatalf("dry run recorded no WouldEvict event")
+	}
+	if len(a.engine.Pending()) != 0 {
+		t.Fatalf("dry run left a pending eviction: %v", a.engine.Pending())
+	}
+}
+
+func TestReload_AppliesNewThresholdsInTheLoop(t *testing.T) {
+	a, clock, stats, ev, _, _ := newTestAgent(t, "evictionHard: {memory.available: 100Mi}\n")
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 0 {
+		t.Fatal("evicted below no threshold")
+	}
+	cfg, _ := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\nevictionHard: {memory.available: 1Gi}\n"))
+	a.Reload(cfg)
+	a.applyConfig(<-a.reloads)
+	clock.now = clock.now.Add(time.Second) // a fresh reading: the stale-stats guard holds otherwise
+	a.pass(context.Background(), "test")
+	if len(ev.calls) != 1 {
+		t.Fatal("new threshold not applied")
+	}
+}
+
+func eventsContain(rec *record.FakeRecorder, reason string) bool {
+	for {
+		select {
+		case e := <-rec.Events:
+			if strings.Contains(e, reason) {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}

@@ -1,0 +1,80 @@
+// Package metrics defines evictiond's Prometheus metrics. Label values are
+// bounded sets (signals, conditions, results, steps, notifiers): never pod
+// names, so cardinality stays flat however many pods come and go.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const namespace = "evictiond"
+
+// Metrics are the agent's instruments.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	SignalAvailable *prometheus.GaugeVec
+	SignalCapacity  *prometheus.GaugeVec
+	Threshold       *prometheus.GaugeVec
+	ThresholdMet    *prometheus.GaugeVec
+	NodeCondition   *prometheus.GaugeVec
+
+	Evictions      *prometheus.CounterVec
+	ReclaimBytes   *prometheus.CounterVec
+	ReclaimRuns    *prometheus.CounterVec
+	LoopWakeups    *prometheus.CounterVec
+	PassDuration   prometheus.Histogram
+	StatsAge       *prometheus.HistogramVec
+	ObservationErr *prometheus.CounterVec
+
+	ConfigReloads              *prometheus.CounterVec
+	ConfigLastReloadSuccessful prometheus.Gauge
+	ConfigLastReloadTime       prometheus.Gauge
+}
+
+// New creates the metrics on a fresh registry, with the process and Go
+// runtime collectors.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		SignalAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "signal_available",
+			Help: "Last observed available amount of an eviction signal, in its unit (bytes, inodes, PIDs; PSI: 10000 minus stall in hundredths of a percent)."}, []string{"signal"}),
+		SignalCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "signal_capacity",
+			Help: "Last observed capacity of an eviction signal, in its unit."}, []string{"signal"}),
+		Threshold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "threshold",
+			Help: "Eviction threshold resolved against the signal's capacity, in the signal's unit."}, []string{"signal", "kind"}),
+		ThresholdMet: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "threshold_met",
+			Help: "1 while an eviction threshold is met (grace periods ignored, minimum reclaim included)."}, []string{"signal", "kind"}),
+		NodeCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "node_condition",
+			Help: "1 while evictiond reports a node pressure condition (transition period included)."}, []string{"condition"}),
+		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "evictions_total",
+			Help: "Pod eviction attempts by signal and result (evicted, deleted, pdb_blocked, not_found, conflict, error, dry_run, cri_stopped, rate_limited)."}, []string{"signal", "result"}),
+		ReclaimBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reclaim_bytes_total",
+			Help: "Bytes freed by node-level reclaim, measured by statfs before and after, by step."}, []string{"step"}),
+		ReclaimRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reclaim_runs_total",
+			Help: "Node-level reclaim runs by step and result (ok, error, dry_run)."}, []string{"step", "result"}),
+		LoopWakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_wakeups_total",
+			Help: "Decision loop passes by what woke the loop (ticker, notifier, config)."}, []string{"source"}),
+		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "pass_duration_seconds",
+			Help:    "Duration of one decision pass (refresh, decide, reclaim, evict).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		StatsAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "stats_age_seconds",
+			Help:    "Age of the observation an eviction decision was made on, by signal.",
+			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30}}, []string{"signal"}),
+		ObservationErr: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "observation_errors_total",
+			Help: "Signal readings that failed and were reported missing (never guessed), by signal."}, []string{"signal"}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "config_reloads_total",
+			Help: "Configuration reloads by result (success, rejected)."}, []string{"result"}),
+		ConfigLastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
+			Help: "1 if the last configuration reload was applied, 0 if the file was rejected and the previous configuration stays in force."}),
+		ConfigLastReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last configuration applied."}),
+	}
+	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
+		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
+		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime,
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return m
+}

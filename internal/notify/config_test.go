@@ -1,0 +1,46 @@
+package notify
+
+import (
+	"testing"
+	"time"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+func TestOptionsFromConfigKeepsMemoryThresholdsAndNotifierSettings(t *testing.T) {
+	cfg, errs := policy.Load([]byte(`
+apiVersion: evictiond.io/v1alpha1
+kind: EvictionConfiguration
+evictionHard: {memory.available: 500Mi, nodefs.available: 10%, memory.pressure.full.avg10: "60%"}
+evictionSoft: {memory.available: 10%}
+evictionSoftGracePeriod: {memory.available: 1m}
+notifier:
+  memcgThresholds: false
+  pollInterval: 50ms
+  psi: {type: full, stall: 200ms, window: 4s}
+`))
+	if len(errs) > 0 {
+		t.Fatalf("config rejected: %v", errs)
+	}
+	opts := OptionsFromConfig(cfg)
+	want := map[string]Threshold{
+		"hard memory.available":            {Signal: policy.SignalMemoryAvailable, Hard: true, Available: 500 << 20},
+		"soft memory.available":            {Signal: policy.SignalMemoryAvailable, Percentage: float64(float32(0.1))},
+		"hard allocatableMemory.available": {Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20},
+	}
+	if len(opts.Thresholds) != len(want) {
+		t.Fatalf("thresholds = %+v, want %d memory thresholds", opts.Thresholds, len(want))
+	}
+	for _, th := range opts.Thresholds {
+		if w, ok := want[th.name()]; !ok || w != th {
+			t.Errorf("threshold %+v, want %+v", th, w)
+		}
+	}
+	if opts.MemcgThresholds || !opts.MemoryEvents || !opts.PSI.Enabled || opts.PSI.Type != PSIFull ||
+		opts.PSI.Stall != 200*time.Millisecond || opts.PSI.Window != 4*time.Second || opts.PollInterval != 50*time.Millisecond {
+		t.Fatalf("notifier settings not carried over: %+v", opts)
+	}
+	if err := opts.withDefaults().Validate(); err != nil {
+		t.Fatalf("options from a valid config do not validate: %v", err)
+	}
+}

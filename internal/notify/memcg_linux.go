@@ -1,0 +1,179 @@
+//go:build linux
+
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// memcgArm is one armed cgroup v1 usage threshold.
+type memcgArm struct {
+	threshold Threshold
+	dir       string
+	eventfd   int
+	// usageThreshold is the armed value of memory.usage_in_bytes.
+	usageThreshold int64
+	// above: usage was at or above usageThreshold when last looked at, so a
+	// crossing that happened while the threshold moved is not missed.
+	above bool
+}
+
+// armMemcg arms, moves or drops the memcg threshold of every configured
+// Threshold.
+func (k *kernelNotifiers) armMemcg(s settings) {
+	m := k.m
+	wanted := map[string]bool{}
+	for _, t := range s.Thresholds {
+		name := t.name()
+		wanted[name] = true
+		prev := k.memcg[name]
+		switch {
+		case !s.MemcgThresholds:
+			k.dropMemcg(name)
+			m.setDisabled(SourceMemcg, name, "disabled by configuration")
+			continue
+		case k.mode == CgroupModeV2:
+			k.dropMemcg(name)
+			m.fallBack(SourceMemcg, name, ReasonUnsupported,
+				errors.New("cgroup v2 has no memcg usage thresholds (cgroup.event_control)"))
+			continue
+		}
+		dir, isRoot := m.memcgDir(t)
+		sample, err := readMemcgV1(dir, isRoot, filepath.Join(m.opts.ProcRoot, "meminfo"))
+		if err != nil {
+			k.dropMemcg(name)
+			m.fallBack(SourceMemcg, name, reasonFor(err), fmt.Errorf("sampling memcg %s: %w", dir, err))
+			continue
+		}
+		if !sample.Limited {
+			k.dropMemcg(name)
+			m.fallBack(SourceMemcg, name, ReasonNoLimit,
+				fmt.Errorf("memcg %s has no memory limit, so %s is not defined there", dir, t.Signal))
+			continue
+		}
+		available := t.resolve(sample.Capacity)
+		value := usageThreshold(sample, available)
+		above := sample.Usage >= value
+		if prev != nil && prev.usageThreshold == value {
+			k.noteSide(prev, above)
+			continue
+		}
+		efd, err := registerUsageThreshold(dir, value)
+		if err != nil {
+			k.dropMemcg(name)
+			m.fallBack(SourceMemcg, name, reasonFor(err), err)
+			continue
+		}
+		arm := &memcgArm{threshold: t, dir: dir, eventfd: efd, usageThreshold: value, above: above}
+		if prev != nil {
+			arm.above = prev.above
+		}
+		if err := k.r.add(efd, unix.EPOLLIN, func(events uint32) { k.onMemcgEvent(arm, events) }); err != nil {
+			unix.Close(efd)
+			k.dropMemcg(name)
+			m.fallBack(SourceMemcg, name, ReasonArmFailed, err)
+			continue
+		}
+		// The new threshold is registered before the old one goes: no gap.
+		if prev != nil {
+			k.disarmMemcg(prev)
+			m.metrics.rearm()
+			m.log.Debug("memcg threshold moved", "threshold", name, "memcg", dir,
+				"from", prev.usageThreshold, "to", value, "inactiveFile", sample.InactiveFile)
+		} else {
+			m.log.Info("memcg threshold armed", "threshold", name, "memcg", dir,
+				"usageThreshold", value, "capacity", sample.Capacity, "availableThreshold", available,
+				"inactiveFile", sample.InactiveFile, "usage", sample.Usage)
+		}
+		k.memcg[name] = arm
+		k.noteSide(arm, above)
+		m.setArmed(NotifierStatus{Source: SourceMemcg, Target: name, UsageThreshold: value,
+			Detail: fmt.Sprintf("%s/memory.usage_in_bytes >= %d (capacity %d - threshold %d + inactive_file %d)",
+				dir, value, sample.Capacity, available, sample.InactiveFile)})
+	}
+	for name := range k.memcg {
+		if !wanted[name] {
+			k.dropMemcg(name)
+			m.removeStatus(SourceMemcg, name)
+		}
+	}
+}
+
+// noteSide wakes the loop when usage is on the other side of the threshold
+// than last seen without the kernel having said so (the threshold moved past
+// usage, or an event was coalesced away).
+func (k *kernelNotifiers) noteSide(arm *memcgArm, above bool) {
+	if arm.above != above {
+		arm.above = above
+		k.m.deliver(SourceMemcg, arm.threshold.name())
+	}
+}
+
+func (k *kernelNotifiers) onMemcgEvent(arm *memcgArm, events uint32) {
+	if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		name := arm.threshold.name()
+		k.dropMemcg(name)
+		k.m.fallBack(SourceMemcg, name, ReasonFailed, fmt.Errorf("eventfd of memcg %s reported error (events %#x)", arm.dir, events))
+		return
+	}
+	if drainEventfd(arm.eventfd) == 0 {
+		return
+	}
+	k.m.deliver(SourceMemcg, arm.threshold.name())
+	// The kernel fires in both directions; remember which side usage is on.
+	if usage, err := readInt64File(arm.dir + "/memory.usage_in_bytes"); err == nil {
+		arm.above = usage >= arm.usageThreshold
+	}
+}
+
+func (k *kernelNotifiers) dropMemcg(name string) {
+	if arm, ok := k.memcg[name]; ok {
+		k.disarmMemcg(arm)
+		delete(k.memcg, name)
+	}
+}
+
+// disarmMemcg closes the eventfd, which unregisters the threshold in the kernel.
+func (k *kernelNotifiers) disarmMemcg(arm *memcgArm) {
+	k.r.remove(arm.eventfd)
+	unix.Close(arm.eventfd)
+}
+
+// registerUsageThreshold registers an eventfd that the kernel signals when
+// dir's memory.usage_in_bytes crosses threshold, in either direction
+// (Documentation/admin-guide/cgroup-v1/memory.rst, "Memory thresholds").
+func registerUsageThreshold(dir string, threshold int64) (int, error) {
+	usagePath := dir + "/memory.usage_in_bytes"
+	usage, err := os.Open(usagePath)
+	if err != nil {
+		return -1, fmt.Errorf("opening %s: %w", usagePath, err)
+	}
+	defer usage.Close()
+	controlPath := dir + "/cgroup.event_control"
+	control, err := os.OpenFile(controlPath, os.O_WRONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		// The memcg exists (its usage file opened) but has no event control.
+		return -1, fmt.Errorf("opening %s: %w: %w", controlPath, errUnsupported, err)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("opening %s: %w", controlPath, err)
+	}
+	defer control.Close()
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("eventfd: %w", err)
+	}
+	// The fd numbers are those of this process; the kernel resolves them in
+	// the writer's fd table during the write.
+	line := fmt.Sprintf("%d %d %d", efd, usage.Fd(), threshold)
+	if _, err := control.WriteString(line); err != nil {
+		unix.Close(efd)
+		return -1, fmt.Errorf("writing %q to %s: %w", line, controlPath, err)
+	}
+	return efd, nil
+}
