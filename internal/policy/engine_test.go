@@ -526,3 +526,27 @@ func TestEngine_PSIStuckPodDoesNotBlockForever(t *testing.T) {
 		t.Fatalf("past the timeout with a still there: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
 	}
 }
+
+// Degenerate inputs decide nothing rather than panic: no stats map, pods
+// without containers, zero capacities, observations without time.
+func TestEngine_DegenerateInputs(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {memory.available: 10%, nodefs.available: 1Gi, pid.available: \"10\"}"), clock, "")
+	bare := &v1.Pod{}
+	bare.Name, bare.UID = "bare", "bare"
+	inputs := []Input{
+		{},
+		{Pods: []*v1.Pod{bare}},
+		{Observations: Observations{SignalMemoryAvailable: {}}, Pods: []*v1.Pod{bare}},
+		{Observations: Observations{SignalNodeFsAvailable: {Available: 0, Capacity: 0, Time: t0}}, Pods: []*v1.Pod{bare, newPod("p")}},
+		{Observations: Observations{SignalPIDAvailable: {Available: -5, Capacity: 10, Time: t0}}, Pods: []*v1.Pod{bare}, Stats: PodStatsByUID{"bare": {}}},
+	}
+	for i, in := range inputs {
+		clock.Step(time.Second)
+		a := e.Assess(in)
+		sel := e.Select(a, nil, 3)
+		if i == 3 && (a.Starved == nil || len(sel.Candidates) != 2) {
+			t.Fatalf("input %d: nodefs 0 < 1Gi should evict one of two pods: starved %v, candidates %d", i, a.Starved != nil, len(sel.Candidates))
+		}
+	}
+}
