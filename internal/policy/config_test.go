@@ -513,3 +513,39 @@ func TestLoad_DocumentNotAMapping(t *testing.T) {
 		t.Fatalf("errors = %q, want %q", got, want)
 	}
 }
+
+// evictiond's own settings: bounds, enums and their error text.
+func TestLoad_EvictiondSettingsRules(t *testing.T) {
+	cases := []struct {
+		body string
+		want string
+	}{
+		{"loop: {interval: 1ms}", `loop.interval: "1ms": must be at least 10ms`},
+		{"loop: {interval: 2m}", `loop.interval: "2m": must be at most 1m0s`},
+		{"loop: {podCleanupTimeout: 500ms}", `loop.podCleanupTimeout: "500ms": must be at least 1s`},
+		{"evictionPressureTransitionPeriod: -1m", `evictionPressureTransitionPeriod: "-1m": must be at least 0s`},
+		{"stats: {memoryFormula: rss}", `stats.memoryFormula: "rss": must be workingSet or memAvailable`},
+		{"notifier: {psi: {type: most}}", `notifier.psi.type: "most": must be some or full`},
+		{"notifier: {psi: {stall: 3s, window: 2s}}", `notifier.psi.stall: "3s": must not exceed notifier.psi.window (2s)`},
+		{"notifier: {psi: {window: 100ms}}", `notifier.psi.window: "100ms": must be at least 500ms`},
+		{"eviction: {pdbEscalation: {maxCandidates: -1}}", `eviction.pdbEscalation.maxCandidates: "-1": must be at least 1`},
+		{"eviction: {rateLimits: {maxPerPass: -2}}", `eviction.rateLimits.maxPerPass: "-2": must be at least 1`},
+		{"eviction: {rateLimits: {perMinute: -0.5}}", `eviction.rateLimits.perMinute: "-0.5": must be positive`},
+		{"eviction: {rateLimits: {burst: -1}}", `eviction.rateLimits.burst: "-1": must be at least 1`},
+		{"exclusions: {namespaces: [\"\"]}", `exclusions.namespaces: "": must be a namespace name`},
+		{"exclusions: {minPodAge: -1s}", `exclusions.minPodAge: "-1s": must be at least 0s`},
+		{"nodeStatus: {taints: {diskPressure: NoExecute}}", `nodeStatus.taints.diskPressure: "NoExecute": must be NoSchedule, PreferNoSchedule or "" (no taint)`},
+		{"reclaim: {criEndpoint: /run/containerd/containerd.sock}", `reclaim.criEndpoint: "/run/containerd/containerd.sock": must be a unix:// socket address`},
+		{"reclaim: {imageGC: {stateFile: images.json}}", `reclaim.imageGC.stateFile: "images.json": must be an absolute path`},
+		{"enforceNodeAllocatable: [pod]", `enforceNodeAllocatable: "pod": must be one of pods, system-reserved, kube-reserved, none`},
+		{"dryRun: yes please", `dryRun: "\"yes please\"": must be of type boolean (true or false)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.body, func(t *testing.T) {
+			got := loadErrors(t, tc.body)
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("errors %q, want [%q]", got, tc.want)
+			}
+		})
+	}
+}
