@@ -559,7 +559,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	if x.PodSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(x.PodSelector)
 		if err != nil {
-			c.fail("exclusions.podSelector", "", fmt.Sprint(x.PodSelector), "must be a valid label selector: "+err.Error())
+			c.fail("exclusions.podSelector", "", string(mustJSON(x.PodSelector)), "must be a valid label selector: "+err.Error())
 		} else {
 			cfg.Exclusions.PodSelector = sel
 		}

@@ -538,6 +538,8 @@ func TestLoad_EvictiondSettingsRules(t *testing.T) {
 		{"reclaim: {criEndpoint: /run/containerd/containerd.sock}", `reclaim.criEndpoint: "/run/containerd/containerd.sock": must be a unix:// socket address`},
 		{"reclaim: {imageGC: {stateFile: images.json}}", `reclaim.imageGC.stateFile: "images.json": must be an absolute path`},
 		{"enforceNodeAllocatable: [pod]", `enforceNodeAllocatable: "pod": must be one of pods, system-reserved, kube-reserved, none`},
+		{"exclusions: {podSelector: {matchExpressions: [{key: tier, operator: Near, values: [db]}]}}",
+			`exclusions.podSelector: "{\"matchExpressions\":[{\"key\":\"tier\",\"operator\":\"Near\",\"values\":[\"db\"]}]}": must be a valid label selector: "Near" is not a valid label selector operator`},
 		{"dryRun: yes please", `dryRun: "\"yes please\"": must be of type boolean (true or false)`},
 	}
 	for _, tc := range cases {
