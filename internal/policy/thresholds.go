@@ -86,12 +86,16 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 		return nil, "", fmt.Errorf("must not be empty")
 	}
 	if strings.HasSuffix(val, "%") {
-		if val == "0%" || val == "100%" {
-			return nil, "", nil
-		}
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
 		if err != nil || math.IsNaN(p) {
 			return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		}
+		if p == 0 || p == 100 {
+			// 0% and 100% disable the signal. The kubelet matches the exact
+			// strings only, so "100.0%" there is a threshold at capacity that
+			// is always met and evicts every pod; the same number means the
+			// same thing here.
+			return nil, "", nil
 		}
 		if p < 0 {
 			return nil, "", fmt.Errorf("eviction percentage threshold must be >= 0%%")
