@@ -6,10 +6,10 @@ K8S_VERSION     ?= v1.35.4
 K8S_BIN         := $(EVICTIOND_CACHE)/k8s/$(K8S_VERSION)/bin
 APISERVER_PKGS  ?= ./internal/kube/... ./internal/testenv/apiserver/...
 
-DEPS  += k8s-binaries etcd-package
+DEPS  += k8s-binaries etcd-package apiserver-cri-packages
 TIERS += test-apiserver
 
-.PHONY: k8s-binaries etcd-package test-apiserver
+.PHONY: k8s-binaries etcd-package apiserver-cri-packages test-apiserver
 
 k8s-binaries:
 	EVICTIOND_CACHE=$(EVICTIOND_CACHE) K8S_VERSION=$(K8S_VERSION) ./hack/k8s-binaries.sh
@@ -17,5 +17,10 @@ k8s-binaries:
 etcd-package:
 	./hack/install-deps.sh etcd-server
 
-test-apiserver: k8s-binaries etcd-package
+# One test of this tier (local stop through the CRI while the API server is down) runs a
+# real pod sandbox in a private containerd.
+apiserver-cri-packages:
+	./hack/install-deps.sh containerd runc busybox-static
+
+test-apiserver: k8s-binaries etcd-package apiserver-cri-packages
 	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 20m $(APISERVER_PKGS)

@@ -59,6 +59,10 @@ type Containerd struct {
 	Endpoint string
 	// LogPath is containerd's combined stdout and stderr.
 	LogPath string
+	// CgroupParent is a cgroup path private to this instance; tests put their pod sandboxes
+	// under it (PodSandboxConfig.Linux.CgroupParent), and the cleanup removes it from every
+	// cgroup hierarchy.
+	CgroupParent string
 
 	opts    Options
 	cfgPath string
@@ -109,6 +113,8 @@ func Start(t testing.TB, opts Options) *Containerd {
 		cfgPath: filepath.Join(dir, "config.toml"),
 		opts:    opts,
 		t:       t,
+		// The directory's random suffix keeps tests that run at the same time apart.
+		CgroupParent: "/evictiond-" + filepath.Base(dir),
 	}
 	c.Endpoint = "unix://" + c.Socket
 	t.Cleanup(c.cleanup)
@@ -272,6 +278,7 @@ func (c *Containerd) Kill() {
 	select {
 	case <-c.exited:
 	default:
+		_ = c.cmd.Process.Signal(syscall.SIGCONT) // a frozen containerd cannot handle SIGTERM
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.exited:
@@ -281,6 +288,23 @@ func (c *Containerd) Kill() {
 		}
 	}
 	c.cmd = nil
+}
+
+// Freeze stops the containerd process with SIGSTOP: its socket stays but nothing answers, the
+// way a runtime stuck on a loaded disk behaves. Thaw resumes it.
+func (c *Containerd) Freeze() error {
+	if c.cmd == nil {
+		return fmt.Errorf("containerd is not running")
+	}
+	return c.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Thaw resumes a frozen containerd with SIGCONT.
+func (c *Containerd) Thaw() error {
+	if c.cmd == nil {
+		return fmt.Errorf("containerd is not running")
+	}
+	return c.cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // Restart starts containerd again on the same config, root and socket after Kill.
@@ -315,6 +339,7 @@ func (c *Containerd) cleanup() {
 	}
 	c.Kill()
 	c.killOwnShims()
+	c.removeCgroups()
 	c.unmountAllUnder(c.Dir)
 	if err := os.RemoveAll(c.Dir); err != nil {
 		c.t.Logf("containerd cleanup: removing %s: %v", c.Dir, err)
@@ -365,6 +390,29 @@ func (c *Containerd) killOwnShims() {
 		}
 		if bytes.Contains(cmdline, []byte(c.Socket)) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// removeCgroups removes CgroupParent, deepest directories first, from every hierarchy mounted
+// under /sys/fs/cgroup (cgroup v1 controllers and the unified v2 tree). Only empty cgroups can
+// be removed, which they are once every sandbox is gone.
+func (c *Containerd) removeCgroups() {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, root := range roots {
+		top := filepath.Join(root, c.CgroupParent)
+		var dirs []string
+		_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := unix.Rmdir(dirs[i]); err != nil && !os.IsNotExist(err) {
+				c.t.Logf("containerd cleanup: removing cgroup %s: %v", dirs[i], err)
+			}
 		}
 	}
 }

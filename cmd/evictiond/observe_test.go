@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+const fixtureHost = "../../internal/monitor/testdata/v2-systemd"
+
+func TestObserveOnceJSONFromAFixtureHost(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := runObserve([]string{"--once", "-o", "json", "--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "systemd"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var out observeOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, stdout.String())
+	}
+	signals := map[policy.Signal]signalOutput{}
+	for _, s := range out.Signals {
+		signals[s.Signal] = s
+	}
+	mem, ok := signals[policy.SignalMemoryAvailable]
+	if !ok {
+		t.Fatalf("no memory.available in %s", stdout.String())
+	}
+	const memTotal = 16384000 * 1024
+	if mem.Capacity != memTotal || mem.Available != memTotal-(4<<30) || mem.Source == "" || mem.Age == "" {
+		t.Errorf("memory.available %+v", mem)
+	}
+	if _, ok := signals[policy.SignalAllocatableMemoryPSISomeAvg10]; !ok {
+		t.Error("no kubepods PSI on a cgroup v2 host")
+	}
+	if len(out.Pods) != 3 {
+		t.Fatalf("%d pods discovered from the cgroup tree, want 3", len(out.Pods))
+	}
+	qos := map[string]int{}
+	for _, p := range out.Pods {
+		qos[p.QOSClass]++
+		if p.MemoryWorkingSetBytes == nil || p.Processes == nil || p.Cgroup == "" {
+			t.Errorf("pod %s lacks usage: %+v", p.UID, p)
+		}
+	}
+	if qos["Guaranteed"] != 1 || qos["Burstable"] != 1 || qos["BestEffort"] != 1 {
+		t.Errorf("QoS tiers of discovered pods: %v", qos)
+	}
+	if len(out.Filesystems) == 0 {
+		t.Error("no filesystems")
+	}
+}
+
+func TestObserveTableNamesEverySection(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := runObserve([]string{"--once", "--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "systemd"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"SIGNAL", "memory.available", "pid.available", "FILESYSTEM", "nodefs", "layout:", "POD", "Burstable"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "yaml"}, `-o "yaml": must be json or table`},
+		{[]string{"--memory-formula", "rss"}, `stats.memoryFormula "rss"`},
+		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `cgroupDriver "docker"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := runObserve(tc.args, &stdout, &stderr); code == 0 {
+			t.Errorf("%v: exit 0", tc.args)
+		}
+		if !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr.String(), tc.want)
+		}
+	}
+}

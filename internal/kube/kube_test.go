@@ -1,0 +1,230 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+func TestClassifyTellsPDBRefusalFromThrottling(t *testing.T) {
+	pdb := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	pdb.ErrStatus.Details.Causes = append(pdb.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause})
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"accepted", nil, OutcomeEvicted},
+		{"pdb", pdb, OutcomePDBBlocked},
+		{"wrapped pdb", fmt.Errorf("evicting: %w", pdb), OutcomePDBBlocked},
+		{"apf throttling", apierrors.NewTooManyRequests("slow down", 1), OutcomeThrottled},
+		{"not found", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), OutcomeGone},
+		{"uid precondition", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("precondition failed")), OutcomeGone},
+		{"server error", apierrors.NewInternalError(errors.New("boom")), OutcomeAPIError},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no")), OutcomeAPIError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := classify(tc.err); got != tc.want {
+				t.Fatalf("classify(%v) = %s, want %s", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsUnreachable(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true},
+		{fmt.Errorf("post: %w", context.DeadlineExceeded), true},
+		{apierrors.NewInternalError(errors.New("boom")), false},
+		{apierrors.NewTooManyRequests("x", 1), false},
+		{nil, false},
+	} {
+		if got := isUnreachable(tc.err); got != tc.want {
+			t.Errorf("isUnreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestEvictorOptionsDefaultsAndValidation(t *testing.T) {
+	opts := EvictorOptions{NodeName: "n"}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Escalation.MaxCandidates != 3 || opts.Escalation.AfterBlocked != EscalateDelete || opts.Escalation.SoftMaxCandidates != 5 ||
+		opts.RateLimit.MaxPerPass != 3 || opts.RateLimit.PerMinute != 10 || opts.RateLimit.Burst != 3 || opts.RateLimit.CoolDown != time.Second ||
+		opts.LocalStop.After != 10*time.Second || opts.WaitForGone != 30*time.Second {
+		t.Fatalf("defaults = %+v", opts)
+	}
+	for _, tc := range []struct {
+		mutate  func(*EvictorOptions)
+		wantErr string
+	}{
+		{func(o *EvictorOptions) { o.NodeName = "" }, "NodeName"},
+		{func(o *EvictorOptions) { o.Escalation.AfterBlocked = "Drain" }, `Escalation.AfterBlocked: value "Drain"`},
+		{func(o *EvictorOptions) { o.RateLimit.CoolDown = -time.Second }, "RateLimit.CoolDown: value -1s"},
+		{func(o *EvictorOptions) { o.LocalStop.Enabled = true }, "LocalStop.Stopper"},
+	} {
+		o := EvictorOptions{NodeName: "n"}
+		o.setDefaults()
+		tc.mutate(&o)
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("validate() = %v, want error containing %q", err, tc.wantErr)
+		}
+	}
+}
+
+func TestNodeStatusOptionsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		effects map[corev1.NodeConditionType]corev1.TaintEffect
+		wantErr string
+	}{
+		{map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeMemoryPressure: corev1.TaintEffectNoExecute}, `TaintEffects[MemoryPressure]: value "NoExecute"`},
+		{map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeReady: corev1.TaintEffectNoSchedule}, "TaintEffects[Ready]: not a pressure condition"},
+		{map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeMemoryPressure: corev1.TaintEffectNoSchedule}, ""},
+	} {
+		o := NodeStatusOptions{NodeName: "n", TaintEffects: tc.effects}
+		o.setDefaults()
+		err := o.validate()
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("validate(%v) = %v, want %q", tc.effects, err, tc.wantErr)
+		}
+	}
+}
+
+func newStatusForTest(t *testing.T, effects map[corev1.NodeConditionType]corev1.TaintEffect) *NodeStatus {
+	t.Helper()
+	opts := NodeStatusOptions{NodeName: "n", TaintEffects: effects}
+	opts.setDefaults()
+	return &NodeStatus{opts: opts, held: map[corev1.NodeConditionType]bool{}}
+}
+
+func TestConditionChangesTouchOnlyOwnedEntries(t *testing.T) {
+	kubeletFalse := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"}
+	oursTrue := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}
+	for _, tc := range []struct {
+		name    string
+		node    []corev1.NodeCondition
+		held    bool
+		desired bool
+		want    []string
+	}{
+		{"quiet, kubelet entry", []corev1.NodeCondition{kubeletFalse}, false, false, nil},
+		{"quiet, no entry", nil, false, false, nil},
+		{"pressure starts", []corev1.NodeCondition{kubeletFalse}, false, true, []string{"MemoryPressure=True/EvictiondMemoryPressure"}},
+		{"pressure holds, ours", []corev1.NodeCondition{oursTrue}, true, true, nil},
+		{"pressure holds, kubelet flipped it", []corev1.NodeCondition{kubeletFalse}, true, true, []string{"MemoryPressure=True/EvictiondMemoryPressure"}},
+		{"released, ours True", []corev1.NodeCondition{oursTrue}, true, false, []string{"MemoryPressure=False/EvictiondNoMemoryPressure"}},
+		{"released, kubelet already wrote False", []corev1.NodeCondition{kubeletFalse}, true, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStatusForTest(t, nil)
+			s.held[corev1.NodeMemoryPressure] = tc.held
+			node := &corev1.Node{Status: corev1.NodeStatus{Conditions: tc.node}}
+			changes, _ := s.conditionChanges(node, map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: tc.desired})
+			if got := describeConditions(changes); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+				t.Fatalf("changes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWantedTaintsKeepForeignTaintsAndHonourEffects(t *testing.T) {
+	s := newStatusForTest(t, map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeDiskPressure: ""})
+	foreign := corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{foreign, {Key: TaintKeyPIDPressure, Effect: corev1.TaintEffectPreferNoSchedule}}}}
+
+	taints, changed := s.wantedTaints(node, map[corev1.NodeConditionType]bool{
+		corev1.NodeMemoryPressure: true, corev1.NodeDiskPressure: true, corev1.NodePIDPressure: true,
+	})
+	want := []corev1.Taint{foreign,
+		{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectPreferNoSchedule},
+		{Key: TaintKeyPIDPressure, Effect: corev1.TaintEffectNoSchedule}}
+	if !changed || !slices.Equal(taints, want) {
+		t.Fatalf("taints = %v changed %v, want %v (disk taint disabled, pid effect corrected)", taints, changed, want)
+	}
+	node.Spec.Taints = taints
+	if _, changed := s.wantedTaints(node, map[corev1.NodeConditionType]bool{
+		corev1.NodeMemoryPressure: true, corev1.NodeDiskPressure: true, corev1.NodePIDPressure: true,
+	}); changed {
+		t.Fatal("no change wanted once the taints match")
+	}
+}
+
+func TestNewerResourceVersion(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{{"10", "9", true}, {"9", "10", false}, {"10", "10", false}, {"x", "1", false}, {"", "1", false}} {
+		if got := newerResourceVersion(tc.a, tc.b); got != tc.want {
+			t.Errorf("newerResourceVersion(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+func TestLocalStopJournalSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "local-stops.json")
+	opts := EvictorOptions{NodeName: "n", LocalStop: LocalStopOptions{JournalPath: path}}
+	ev, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.PendingLocalStops() != 0 {
+		t.Fatal("fresh evictor without a journal file has pending stops")
+	}
+	at := time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hog", UID: "uid-1"}}
+	stops := []localStop{{at: at, candidate: Candidate{Pod: pod, Signal: policy.SignalMemoryAvailable, Hard: true,
+		GracePeriodSeconds: 1, Message: "The node was low on resource: memory. ", Annotations: map[string]string{"starved_resource": "memory"}}}}
+	if err := saveLocalStops(path, stops); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restarted.PendingLocalStops() != 1 {
+		t.Fatalf("pending after restart = %d, want 1", restarted.PendingLocalStops())
+	}
+	got := restarted.localStops[0]
+	if got.candidate.Pod.UID != "uid-1" || got.candidate.Pod.Name != "hog" || !got.at.Equal(at) ||
+		got.candidate.Annotations["starved_resource"] != "memory" || got.candidate.Signal != policy.SignalMemoryAvailable {
+		t.Fatalf("reloaded stop = %+v", got)
+	}
+
+	if err := saveLocalStops(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("journal with no stops still exists: %v", err)
+	}
+
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("corrupt journal: err = %v, want an error naming %s", err, path)
+	}
+}

@@ -1,0 +1,80 @@
+// Package kube is evictiond's Kubernetes side: informers scoped to this node, pod
+// eviction through the Eviction API with its PDB escalation ladder and rate limits, and
+// the node status writer (pressure conditions, evictiond's taints, Events).
+//
+// The vocabulary:
+//   - NodeInformers: Pod and Node caches holding only this node's objects.
+//   - Evictor: evicts one ranked Candidate per call (Eviction API, UID precondition),
+//     walks the escalation ladder on PDB refusals, waits for the victim to be gone and
+//     credits its expected reclaim (PendingReclaim) meanwhile.
+//   - LocalPodStopper: the CRI escape hatch used while the API server is unreachable.
+//   - NodeStatus: owns the pressure condition entries and taints evictiond writes, and
+//     writes only when they differ from what it wants.
+package kube
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Candidate is one pod the policy ranked for eviction: the Evictor uses its Pod (UID
+// precondition), Hard (escalation ladder), GracePeriodSeconds, Message and Annotations
+// (the Evicted Event), Reason (logs) and ExpectedReclaim (credited until the pod is gone).
+type Candidate = policy.Candidate
+
+// LocalPodStopper stops a pod's sandbox on this node without the API server, through the
+// CRI. The reclaim package's CRI client satisfies it. It must be idempotent: stopping a
+// pod whose sandbox is already stopped or gone returns nil.
+type LocalPodStopper interface {
+	StopPodSandboxByPodUID(ctx context.Context, podUID types.UID) error
+}
+
+// Condition reasons on the standard pressure conditions that mark an entry as
+// evictiond's. Entries with any other reason belong to someone else (the kubelet).
+const (
+	ReasonMemoryPressure   = "EvictiondMemoryPressure"
+	ReasonDiskPressure     = "EvictiondDiskPressure"
+	ReasonPIDPressure      = "EvictiondPIDPressure"
+	ReasonNoMemoryPressure = "EvictiondNoMemoryPressure"
+	ReasonNoDiskPressure   = "EvictiondNoDiskPressure"
+	ReasonNoPIDPressure    = "EvictiondNoPIDPressure"
+)
+
+// Taint keys evictiond owns; nothing else writes them.
+const (
+	TaintKeyPrefix         = "evictiond.io/"
+	TaintKeyMemoryPressure = "evictiond.io/memory-pressure"
+	TaintKeyDiskPressure   = "evictiond.io/disk-pressure"
+	TaintKeyPIDPressure    = "evictiond.io/pid-pressure"
+)
+
+// EventComponent is the source component of every Event evictiond records.
+const EventComponent = "evictiond"
+
+// pressureKind ties one pressure condition type to its reasons, taint and messages.
+type pressureKind struct {
+	condition   corev1.NodeConditionType
+	trueReason  string
+	falseReason string
+	trueMessage string
+	falseMsg    string
+	taintKey    string
+}
+
+var pressureKinds = []pressureKind{
+	{corev1.NodeMemoryPressure, ReasonMemoryPressure, ReasonNoMemoryPressure,
+		"evictiond: node has insufficient memory available", "evictiond: node has sufficient memory available", TaintKeyMemoryPressure},
+	{corev1.NodeDiskPressure, ReasonDiskPressure, ReasonNoDiskPressure,
+		"evictiond: node has disk pressure", "evictiond: node has no disk pressure", TaintKeyDiskPressure},
+	{corev1.NodePIDPressure, ReasonPIDPressure, ReasonNoPIDPressure,
+		"evictiond: node has insufficient PID available", "evictiond: node has sufficient PID available", TaintKeyPIDPressure},
+}
+
+// ownsCondition reports whether a condition entry was written by evictiond.
+func ownsCondition(kind pressureKind, c *corev1.NodeCondition) bool {
+	return c != nil && (c.Reason == kind.trueReason || c.Reason == kind.falseReason)
+}

@@ -1,0 +1,355 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Config says where the node's files are and how its cgroups are named.
+// Paths are as the host sees them; HostRoot is prepended to each, so a
+// DaemonSet that mounts the host at /host sets HostRoot "/host".
+type Config struct {
+	HostRoot       string
+	ProcDir        string // default /proc
+	CgroupDir      string // default /sys/fs/cgroup
+	KubeletRootDir string // default /var/lib/kubelet: nodefs, pod volumes
+	PodLogsDir     string // default /var/log/pods
+	// ImageFsDir is where the runtime keeps images, read through cAdvisor when
+	// the CRI cannot be asked. Default /var/lib/containerd.
+	ImageFsDir string
+
+	CgroupDriver  CgroupDriver  // default cgroupfs
+	CgroupRoot    string        // the kubelet's --cgroup-root, default "/"
+	CgroupVersion CgroupVersion // default: detected
+
+	MemoryFormula MemoryFormula // default workingSet
+	// HousekeepingInterval is cAdvisor's housekeeping and the refresh period of
+	// per-pod disk usage. Default 10s.
+	HousekeepingInterval time.Duration
+	// MaxWalkEntries bounds each directory walk (one volume, one pod's logs);
+	// a larger tree is reported missing. Default 1,000,000.
+	MaxWalkEntries int
+	// RuntimeTimeout bounds each CRI call. Default 2s.
+	RuntimeTimeout time.Duration
+
+	// Runtime is the CRI to read image/container filesystems and writable
+	// layers from; nil reads imagefs through cAdvisor and leaves writable
+	// layers missing.
+	Runtime RuntimeStats
+	// DisableCAdvisor keeps cAdvisor from starting; the imagefs fallback then
+	// reads statfs directly.
+	DisableCAdvisor bool
+	// CAdvisorWatchPods makes cAdvisor housekeep every cgroup under kubepods
+	// too, not only the root cgroup. Off by default: evictiond reads pods'
+	// memory and processes itself, and with only filesystem metrics on,
+	// cAdvisor's per-cgroup housekeeping yields nothing it uses while costing
+	// about 2% of a core for 100 pods at a 10 s interval (BenchmarkMonitorWatching100Pods).
+	CAdvisorWatchPods bool
+
+	// SignalReadErrors is the counter (label "signal") that failed readings
+	// are counted in: the daemon passes internal/metrics' ObservationErr. Nil:
+	// the monitor makes its own, listed by Collectors.
+	SignalReadErrors *prometheus.CounterVec
+
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.ProcDir, "/proc")
+	def(&c.CgroupDir, "/sys/fs/cgroup")
+	def(&c.KubeletRootDir, "/var/lib/kubelet")
+	def(&c.PodLogsDir, "/var/log/pods")
+	def(&c.ImageFsDir, "/var/lib/containerd")
+	def(&c.CgroupRoot, "/")
+	if c.CgroupDriver == "" {
+		c.CgroupDriver = CgroupDriverCgroupfs
+	}
+	if c.MemoryFormula == "" {
+		c.MemoryFormula = MemoryFormulaWorkingSet
+	}
+	if c.HousekeepingInterval == 0 {
+		c.HousekeepingInterval = 10 * time.Second
+	}
+	if c.MaxWalkEntries == 0 {
+		c.MaxWalkEntries = 1_000_000
+	}
+	if c.RuntimeTimeout == 0 {
+		c.RuntimeTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ParseMemoryFormula checks a stats.memoryFormula value.
+func ParseMemoryFormula(s string) (MemoryFormula, error) {
+	switch f := MemoryFormula(s); f {
+	case "":
+		return MemoryFormulaWorkingSet, nil
+	case MemoryFormulaWorkingSet, MemoryFormulaMemAvailable:
+		return f, nil
+	}
+	return "", fmt.Errorf("stats.memoryFormula %q: must be %q or %q", s, MemoryFormulaWorkingSet, MemoryFormulaMemAvailable)
+}
+
+// Monitor reads the node. Observe is meant to be called from one goroutine
+// (the decision loop); the disk refresher started by Start runs beside it.
+type Monitor struct {
+	cfg      Config
+	log      *slog.Logger
+	layout   *cgroupLayout
+	proc     procfs.FS
+	procDir  string
+	nodeFs   string
+	imageFs  string
+	walker   diskWalker
+	metrics  *metrics
+	cadvisor *embeddedCAdvisor
+
+	mu         sync.Mutex
+	pods       []PodRef
+	disk       map[types.UID]podDisk
+	layers     map[types.UID]map[string]writableLayer
+	containers map[string]containerName // CRI container ID -> pod and name
+	layersRead bool
+	// runtimeFailing is which CRI calls failed last time, to log transitions.
+	runtimeFailing map[string]bool
+
+	stopRefresh context.CancelFunc
+	refreshDone chan struct{}
+}
+
+type containerName struct {
+	pod  types.UID
+	name string
+}
+
+// New checks the configuration and finds the cgroup hierarchy; it starts
+// nothing (see Start).
+func New(cfg Config) (*Monitor, error) {
+	cfg = cfg.withDefaults()
+	if _, err := ParseMemoryFormula(string(cfg.MemoryFormula)); err != nil {
+		return nil, err
+	}
+	if cfg.HousekeepingInterval < 0 {
+		return nil, fmt.Errorf("stats.housekeepingInterval %s: must be positive", cfg.HousekeepingInterval)
+	}
+	procDir := hostPath(cfg.HostRoot, cfg.ProcDir)
+	proc, err := procfs.NewFS(procDir)
+	if err != nil {
+		return nil, fmt.Errorf("opening procfs at %s: %w", procDir, err)
+	}
+	layout, err := newCgroupLayout(cfg.CgroupVersion, cfg.CgroupDriver, hostPath(cfg.HostRoot, cfg.CgroupDir), cfg.CgroupRoot)
+	if err != nil {
+		return nil, err
+	}
+	return &Monitor{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "monitor"),
+		layout:  layout,
+		proc:    proc,
+		procDir: procDir,
+		nodeFs:  hostPath(cfg.HostRoot, cfg.KubeletRootDir),
+		imageFs: hostPath(cfg.HostRoot, cfg.ImageFsDir),
+		walker: diskWalker{
+			kubeletRootDir: hostPath(cfg.HostRoot, cfg.KubeletRootDir),
+			podLogsDir:     hostPath(cfg.HostRoot, cfg.PodLogsDir),
+			maxEntries:     cfg.MaxWalkEntries,
+		},
+		metrics:        newMetrics(cfg.SignalReadErrors),
+		disk:           map[types.UID]podDisk{},
+		containers:     map[string]containerName{},
+		runtimeFailing: map[string]bool{},
+	}, nil
+}
+
+// Collectors are the monitor's Prometheus metrics, for the daemon to register.
+func (m *Monitor) Collectors() []prometheus.Collector {
+	return m.metrics.collectors(m.cfg.SignalReadErrors == nil)
+}
+
+// CgroupInfo says which hierarchy is read.
+func (m *Monitor) CgroupInfo() CgroupInfo {
+	return CgroupInfo{Version: m.layout.version, Driver: m.layout.driver, Kubepods: m.layout.kubepods}
+}
+
+// Start starts the embedded cAdvisor (unless disabled) and the refresher of
+// per-pod disk usage, until Stop or ctx ends.
+func (m *Monitor) Start(ctx context.Context) error {
+	if !m.cfg.DisableCAdvisor {
+		var watch []string
+		if m.cfg.CAdvisorWatchPods {
+			watch = []string{m.layout.kubepods}
+		}
+		c, err := startCAdvisor(m.cfg.HousekeepingInterval, watch)
+		if err != nil {
+			return err
+		}
+		m.cadvisor = c
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	m.stopRefresh = cancel
+	m.refreshDone = make(chan struct{})
+	go func() {
+		defer close(m.refreshDone)
+		t := time.NewTicker(m.cfg.HousekeepingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				m.refreshDisk(ctx)
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop stops what Start started.
+func (m *Monitor) Stop() error {
+	if m.stopRefresh != nil {
+		m.stopRefresh()
+		<-m.refreshDone
+	}
+	if m.cadvisor != nil {
+		return m.cadvisor.stop()
+	}
+	return nil
+}
+
+// snapshotBuilder collects one pass's readings.
+type snapshotBuilder struct {
+	s       *Snapshot
+	metrics *metrics
+}
+
+func (b *snapshotBuilder) add(sig policy.Signal, available, capacity int64, at time.Time, src Source, desc string) {
+	b.s.Observations[sig] = policy.Observation{Available: available, Capacity: capacity, Time: at}
+	b.s.Readings = append(b.s.Readings, SignalReading{Signal: sig, Available: available, Capacity: capacity, Time: at, Source: src, Description: desc})
+}
+
+// miss records a signal with no observation. failed says a read was tried
+// and failed (counted), as opposed to a signal that does not exist here (the
+// kubepods cgroup has no limit; no PSI for kubepods on cgroup v1).
+func (b *snapshotBuilder) miss(sig policy.Signal, reason string, failed bool) {
+	b.s.Missing[sig] = reason
+	if failed {
+		b.metrics.signalReadErrors.WithLabelValues(string(sig)).Inc()
+	}
+}
+
+func newSnapshot(m *Monitor) (*Snapshot, *snapshotBuilder) {
+	s := &Snapshot{
+		Time:          time.Now(),
+		Observations:  policy.Observations{},
+		Missing:       map[policy.Signal]string{},
+		Pods:          policy.PodStatsByUID{},
+		PodCgroups:    map[types.UID]PodCgroup{},
+		PodErrors:     map[types.UID]string{},
+		CgroupInfo:    m.CgroupInfo(),
+		MemoryFormula: m.cfg.MemoryFormula,
+	}
+	return s, &snapshotBuilder{s: s, metrics: m.metrics}
+}
+
+// ObserveMemory reads only the memory signals (memory.available,
+// allocatableMemory.available and the PSI ones): the fast path a notifier
+// wake-up needs, well under a millisecond.
+func (m *Monitor) ObserveMemory() *Snapshot {
+	s, b := newSnapshot(m)
+	m.readMemorySignals(b)
+	return s
+}
+
+// Observe reads every signal and the usage of the given pods: ObserveNode and
+// ObservePods in one snapshot.
+func (m *Monitor) Observe(ctx context.Context, pods []PodRef) *Snapshot {
+	s := m.ObserveNode(ctx)
+	m.readPods(ctx, s, pods, true)
+	return s
+}
+
+// ObserveNode reads every node signal (memory, PID, PSI, filesystems) and the
+// filesystem layout, without per-pod usage: what each pass of the loop needs
+// while no threshold is met.
+func (m *Monitor) ObserveNode(ctx context.Context) *Snapshot {
+	s, b := newSnapshot(m)
+	m.readMemorySignals(b)
+	m.readPIDSignal(b)
+	m.readFilesystemSignals(ctx, b)
+	sort.Slice(s.Readings, func(i, j int) bool { return signalOrder(s.Readings[i].Signal) < signalOrder(s.Readings[j].Signal) })
+	return s
+}
+
+// SetPods tells the disk usage refresher which pods to measure, for loops
+// that call ObservePods only under pressure.
+func (m *Monitor) SetPods(pods []PodRef) {
+	m.mu.Lock()
+	m.pods = append(m.pods[:0], pods...)
+	m.mu.Unlock()
+}
+
+// ObservePods adds the usage of the given pods to a snapshot: memory working
+// set and process counts read fresh from cgroupfs, disk usage from the
+// housekeeping cache. The loop calls it when it must rank pods or check
+// local-storage limits; reading 100 pods costs tens of milliseconds of
+// kernel time on cgroup v1, which a 1 s loop should not pay when nothing
+// is starved.
+func (m *Monitor) ObservePods(ctx context.Context, s *Snapshot, pods []PodRef) {
+	m.readPods(ctx, s, pods, true)
+}
+
+// ObservePodDisk adds only the pods' disk usage (writable layers, logs, local
+// volumes, all from the housekeeping cache: no cgroup reads), which the
+// local-storage limit checks need on every pass; ObservePods then adds memory
+// and processes when pods must be ranked. Memory and process fields stay nil
+// (unmeasured) until then.
+func (m *Monitor) ObservePodDisk(ctx context.Context, s *Snapshot, pods []PodRef) {
+	m.readPods(ctx, s, pods, false)
+}
+
+func signalOrder(sig policy.Signal) int {
+	for i, s := range policy.Signals() {
+		if s == sig {
+			return i
+		}
+	}
+	return len(policy.Signals())
+}
+
+// noteRuntime counts a failed CRI call and logs when a call starts or stops
+// failing, not on every pass.
+func (m *Monitor) noteRuntime(call string, err error) {
+	m.mu.Lock()
+	wasFailing := m.runtimeFailing[call]
+	m.runtimeFailing[call] = err != nil
+	m.mu.Unlock()
+	switch {
+	case err != nil:
+		m.metrics.runtimeErrors.WithLabelValues(call).Inc()
+		if !wasFailing {
+			m.log.Warn("CRI call failed: its readings are missing or fall back until it answers", "call", call, "err", err)
+		}
+	case wasFailing:
+		m.log.Info("CRI call answers again", "call", call)
+	}
+}
+
+func ptr(v int64) *int64 { return &v }

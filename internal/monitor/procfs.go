@@ -1,0 +1,193 @@
+package monitor
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// meminfo is the part of /proc/meminfo the memory signals use, in bytes.
+type meminfo struct {
+	memTotal     int64
+	memAvailable int64
+}
+
+func readMeminfo(proc procfs.FS, procDir string) (meminfo, error) {
+	mi, err := proc.Meminfo()
+	if err != nil {
+		return meminfo{}, fmt.Errorf("reading %s: %w", filepath.Join(procDir, "meminfo"), err)
+	}
+	if mi.MemTotalBytes == nil {
+		return meminfo{}, fmt.Errorf("reading %s: no MemTotal", filepath.Join(procDir, "meminfo"))
+	}
+	out := meminfo{memTotal: int64(*mi.MemTotalBytes), memAvailable: -1}
+	if mi.MemAvailableBytes != nil {
+		out.memAvailable = int64(*mi.MemAvailableBytes)
+	}
+	return out, nil
+}
+
+// pidReading is pid.available's inputs: the kubelet's pidlimit.Stats.
+type pidReading struct {
+	maxPID  int64 // min(kernel.pid_max, kernel.threads-max)
+	running int64 // tasks, threads included, from /proc/loadavg
+}
+
+// readPIDs reads what the kubelet's pidlimit_linux.go reads: MaxPID is the
+// smaller of pid_max and threads-max (kubernetes#107111), and the running
+// count is the fourth field of /proc/loadavg ("running/total"), which unlike
+// sysinfo(2).procs does not truncate above 65538.
+func readPIDs(procDir string) (pidReading, error) {
+	var r pidReading
+	pidMax, err := readInt64File(filepath.Join(procDir, "sys/kernel/pid_max"))
+	if err != nil {
+		return r, err
+	}
+	threadsMax, err := readInt64File(filepath.Join(procDir, "sys/kernel/threads-max"))
+	if err != nil {
+		return r, err
+	}
+	r.maxPID = min(pidMax, threadsMax)
+	path := filepath.Join(procDir, "loadavg")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("reading %s: %w", path, err)
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) < 4 {
+		return r, fmt.Errorf("reading %s: %q has %d fields, want at least 4", path, raw, len(fields))
+	}
+	_, total, ok := strings.Cut(fields[3], "/")
+	if !ok {
+		return r, fmt.Errorf("reading %s: fourth field %q is not running/total", path, fields[3])
+	}
+	if r.running, err = strconv.ParseInt(total, 10, 64); err != nil {
+		return r, fmt.Errorf("reading %s: task count %q: %w", path, total, err)
+	}
+	return r, nil
+}
+
+// psiLine is one line of a pressure file, stall percentages as the kernel
+// prints them.
+type psiLine struct {
+	avg10, avg60, avg300 float64
+}
+
+type psiReading struct {
+	some, full *psiLine
+}
+
+// readProcPSI reads /proc/pressure/memory through prometheus/procfs.
+func readProcPSI(proc procfs.FS, procDir string) (psiReading, error) {
+	st, err := proc.PSIStatsForResource("memory")
+	if err != nil {
+		return psiReading{}, fmt.Errorf("reading %s: %w", filepath.Join(procDir, "pressure/memory"), err)
+	}
+	var r psiReading
+	if st.Some != nil {
+		r.some = &psiLine{st.Some.Avg10, st.Some.Avg60, st.Some.Avg300}
+	}
+	if st.Full != nil {
+		r.full = &psiLine{st.Full.Avg10, st.Full.Avg60, st.Full.Avg300}
+	}
+	return r, nil
+}
+
+// readPSIFile reads a cgroup v2 <cgroup>/memory.pressure file, which has the
+// format of /proc/pressure/memory ("some avg10=0.00 avg60=0.00 avg300=0.00
+// total=0"); procfs parses only the /proc one.
+func readPSIFile(path string) (psiReading, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return psiReading{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return parsePSI(path, raw)
+}
+
+func parsePSI(path string, raw []byte) (psiReading, error) {
+	var r psiReading
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		var line psiLine
+		for _, kv := range fields[1:] {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return r, fmt.Errorf("reading %s: field %q is not key=value", path, kv)
+			}
+			var dst *float64
+			switch k {
+			case "avg10":
+				dst = &line.avg10
+			case "avg60":
+				dst = &line.avg60
+			case "avg300":
+				dst = &line.avg300
+			default:
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || f > 100 || math.IsNaN(f) {
+				return r, fmt.Errorf("reading %s: %s=%q: not a stall percentage in [0, 100]", path, k, v)
+			}
+			*dst = f
+		}
+		switch fields[0] {
+		case "some":
+			r.some = &line
+		case "full":
+			r.full = &line
+		}
+	}
+	if r.some == nil {
+		return r, fmt.Errorf("reading %s: no \"some\" line", path)
+	}
+	return r, nil
+}
+
+// psiHeadroom expresses a stall percentage as policy.PSIScale headroom:
+// Available = PSIScale - stall*100, clamped to [0, PSIScale].
+func psiHeadroom(stallPercent float64) int64 {
+	stall := int64(math.Round(stallPercent * 100))
+	return max(0, min(policy.PSIScale, policy.PSIScale-stall))
+}
+
+// psiSignals names the six signals of one scope, in the order some/full x
+// avg10/avg60/avg300.
+type psiSignals [6]policy.Signal
+
+var (
+	nodePSISignals = psiSignals{
+		policy.SignalMemoryPSISomeAvg10, policy.SignalMemoryPSISomeAvg60, policy.SignalMemoryPSISomeAvg300,
+		policy.SignalMemoryPSIFullAvg10, policy.SignalMemoryPSIFullAvg60, policy.SignalMemoryPSIFullAvg300,
+	}
+	allocatablePSISignals = psiSignals{
+		policy.SignalAllocatableMemoryPSISomeAvg10, policy.SignalAllocatableMemoryPSISomeAvg60, policy.SignalAllocatableMemoryPSISomeAvg300,
+		policy.SignalAllocatableMemoryPSIFullAvg10, policy.SignalAllocatableMemoryPSIFullAvg60, policy.SignalAllocatableMemoryPSIFullAvg300,
+	}
+)
+
+// values pairs each signal of a scope with its stall percentage; a missing
+// "full" line (kernels before 5.x on some resources) leaves those out.
+func (r psiReading) values(names psiSignals) map[policy.Signal]float64 {
+	out := make(map[policy.Signal]float64, 6)
+	if r.some != nil {
+		out[names[0]], out[names[1]], out[names[2]] = r.some.avg10, r.some.avg60, r.some.avg300
+	}
+	if r.full != nil {
+		out[names[3]], out[names[4]], out[names[5]] = r.full.avg10, r.full.avg60, r.full.avg300
+	}
+	return out
+}
