@@ -75,7 +75,7 @@ func New(opts Options, w *Waker) (*Manager, error) {
 	return &Manager{
 		opts:          opts,
 		waker:         w,
-		log:           opts.Logger.With("component", "notify"),
+		log:           opts.Logger, // the daemon names the component (run.go: log.With("component", "notify"))
 		metrics:       opts.Metrics,
 		dyn:           settingsOf(opts),
 		mode:          opts.Mode,
