@@ -348,29 +348,15 @@ func evictorOptions(c *policy.Config, f *runFlags, rc *reclaim.Reclaimer, log *s
 }
 
 func notifyOptions(c *policy.Config, f *runFlags, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
-	kubepods := "kubepods"
+	opts := notify.OptionsFromConfig(c)
+	opts.CgroupRoot = filepath.Join(f.hostRoot, "/sys/fs/cgroup")
+	opts.ProcRoot = filepath.Join(f.hostRoot, "/proc")
+	opts.KubepodsCgroup = "kubepods"
 	if f.cgroupDriver == "systemd" {
-		kubepods = "kubepods.slice"
+		opts.KubepodsCgroup = "kubepods.slice"
 	}
-	var ts []notify.Threshold
-	for _, t := range c.Thresholds {
-		if t.Signal != policy.SignalMemoryAvailable && t.Signal != policy.SignalAllocatableMemoryAvailable {
-			continue
-		}
-		nt := notify.Threshold{Signal: t.Signal, Hard: t.Hard()}
-		if t.Value.Quantity != nil {
-			nt.Available = t.Value.Quantity.Value()
-		} else {
-			nt.Percentage = float64(t.Value.Percentage)
-		}
-		ts = append(ts, nt)
-	}
-	return notify.Options{CgroupRoot: filepath.Join(f.hostRoot, "/sys/fs/cgroup"), ProcRoot: filepath.Join(f.hostRoot, "/proc"),
-		KubepodsCgroup: kubepods, MemcgThresholds: c.Notifier.MemcgThresholds, MemoryEvents: c.Notifier.MemoryEvents,
-		PSI: notify.PSIOptions{Enabled: c.Notifier.PSIEnabled, Type: notify.PSIStallType(c.Notifier.PSIType),
-			Stall: c.Notifier.PSIStall, Window: c.Notifier.PSIWindow},
-		PollInterval: c.Notifier.PollInterval, Thresholds: ts, ReadMemory: read,
-		Logger: log.With("component", "notify"), Metrics: nm}
+	opts.ReadMemory, opts.Logger, opts.Metrics = read, log.With("component", "notify"), nm
+	return opts
 }
 
 // informerPods lists this node's pods from the informer cache; an unsynced
