@@ -11,6 +11,9 @@ import (
 const usage = `evictiond — node-pressure eviction, out of the kubelet
 
 Usage:
+  evictiond run [flags]               the agent (DaemonSet): watch, decide, reclaim, evict
+  evictiond observe [--once] [-o json|table]
+                                      what evictiond sees on this node: signals, filesystems, pods
   evictiond validate -f FILE          check a configuration; print it with defaults applied
   evictiond simulate -f SCENARIO      run the decision path over a scenario on a virtual clock
   evictiond help                      this text
