@@ -410,25 +410,12 @@ func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.L
 // resolved from --cgroup-root and --cgroup-driver (e.g. kubepods, or
 // custom-root/kubepods), so both watch the same memcg.
 func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
-	var ts []notify.Threshold
-	for _, t := range c.Thresholds {
-		if t.Signal != policy.SignalMemoryAvailable && t.Signal != policy.SignalAllocatableMemoryAvailable {
-			continue
-		}
-		nt := notify.Threshold{Signal: t.Signal, Hard: t.Hard()}
-		if t.Value.Quantity != nil {
-			nt.Available = t.Value.Quantity.Value()
-		} else {
-			nt.Percentage = float64(t.Value.Percentage)
-		}
-		ts = append(ts, nt)
-	}
-	return notify.Options{CgroupRoot: filepath.Join(f.hostRoot, "/sys/fs/cgroup"), ProcRoot: filepath.Join(f.hostRoot, "/proc"),
-		KubepodsCgroup: kubepods, MemcgThresholds: c.Notifier.MemcgThresholds, MemoryEvents: c.Notifier.MemoryEvents,
-		PSI: notify.PSIOptions{Enabled: c.Notifier.PSIEnabled, Type: notify.PSIStallType(c.Notifier.PSIType),
-			Stall: c.Notifier.PSIStall, Window: c.Notifier.PSIWindow},
-		PollInterval: c.Notifier.PollInterval, Thresholds: ts, ReadMemory: read,
-		Logger: log, Metrics: nm} // notify adds its component
+	opts := notify.OptionsFromConfig(c)
+	opts.CgroupRoot = filepath.Join(f.hostRoot, "/sys/fs/cgroup")
+	opts.ProcRoot = filepath.Join(f.hostRoot, "/proc")
+	opts.KubepodsCgroup = kubepods
+	opts.ReadMemory, opts.Logger, opts.Metrics = read, log, nm // notify adds its component
+	return opts
 }
 
 // informerPods lists this node's pods from the informer cache; an unsynced

@@ -29,11 +29,19 @@ type Observed struct {
 	Layout       policy.FilesystemLayout
 	// Missing names signals that could not be read, and why.
 	Missing map[policy.Signal]string
+	// Handle is the Stats implementation's own state for ObserveUsage.
+	Handle any
 }
 
-// Stats reads the node's signals and the given pods' usage.
+// Stats reads the node.
 type Stats interface {
+	// Observe reads every node signal and the pods' disk usage (what the
+	// local-storage limit checks need): cheap, every pass.
 	Observe(ctx context.Context, pods []*v1.Pod) Observed
+	// ObserveUsage adds the pods' fresh memory and process counts to obs (to
+	// its Pods map, in place): only when pods must be ranked, since reading
+	// every pod cgroup each pass is what an idle node should not pay.
+	ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed)
 }
 
 // Pods lists the pods bound to this node.
@@ -239,6 +247,9 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	}
 	a.noteStarved(starved)
 
+	// Ranking needs every pod's fresh memory and process counts; the
+	// assessment holds the same Pods map, so it sees them.
+	a.stats.ObserveUsage(ctx, pods, &obs)
 	fresh := obs.Observations
 	if plan := assessment.NodeReclaim; plan != nil {
 		after, sufficient := a.reclaimNode(ctx, plan, pods, obs.Layout)

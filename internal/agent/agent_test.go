@@ -45,6 +45,8 @@ func (s *fakeStats) Observe(ctx context.Context, pods []*v1.Pod) Observed {
 	return Observed{Observations: out, Pods: s.pods}
 }
 
+func (s *fakeStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {}
+
 type fakePods struct{ pods []*v1.Pod }
 
 func (p *fakePods) List() ([]*v1.Pod, error) { return p.pods, nil }
