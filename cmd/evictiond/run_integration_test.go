@@ -28,9 +28,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	criclient "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
+	"github.com/evictiond/evictiond/internal/testenv/images"
 )
 
 // env is the real control plane every daemon test talks to; started by
@@ -915,6 +920,98 @@ func TestRunStopsPromptlyWhileAPIServerDown(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("shutdown took %v with the API server down, want under 5s", took)
 	}
+}
+
+// TestRunStopsPodThroughCRIWhileAPIServerDownAndReportsItWhenBack proves
+// the eviction ladder's last step through the whole daemon: with
+// eviction.apiUnreachable.criStop, a hard threshold met while the API server
+// is down stops the chosen pod's sandbox in the real containerd; once the API
+// server is back the agent reports it (PodStoppedLocally Events, pod deleted).
+func TestRunStopsPodThroughCRIWhileAPIServerDownAndReportsItWhenBack(t *testing.T) {
+	const node, ns = "localstop-node", "localstop"
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ctrd := containerd.Start(t, containerd.Options{RootTmpfsBytes: 256 << 20})
+	pause, err := images.Pause()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, pause); err != nil {
+		t.Fatal(err)
+	}
+	logger := klog.Background()
+	rt, err := criclient.NewRemoteRuntimeService(ctrd.Endpoint, 30*time.Second, nil, &logger)
+	if err != nil {
+		t.Fatalf("CRI runtime client: %v", err)
+	}
+	pods := createPods(t, ns, node, 2)
+	sandboxes := map[types.UID]string{}
+	for _, p := range pods {
+		id, err := rt.RunPodSandbox(ctx, &runtimeapi.PodSandboxConfig{
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: ns, Uid: string(p.UID)},
+			Labels:   map[string]string{"io.kubernetes.pod.uid": string(p.UID), "io.kubernetes.pod.name": p.Name, "io.kubernetes.pod.namespace": ns},
+			Linux: &runtimeapi.LinuxPodSandboxConfig{CgroupParent: ctrd.CgroupParent, SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}}},
+		}, "")
+		if err != nil {
+			t.Fatalf("RunPodSandbox %s: %v\n--- containerd log ---\n%s", p.Name, err, ctrd.LogTail(30))
+		}
+		sandboxes[p.UID] = id
+	}
+	stopped := func() []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, p := range pods {
+			st, err := rt.PodSandboxStatus(ctx, sandboxes[p.UID], false)
+			if err != nil {
+				t.Fatalf("PodSandboxStatus %s: %v", p.Name, err)
+			}
+			if st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+
+	localStop := "eviction: {apiUnreachable: {criStop: true, after: 2s}}"
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 100Mi", extra: []string{localStop}, ctrd: ctrd})
+	criEndpoint := regexp.MustCompile(`criEndpoint: (\S+)`).FindStringSubmatch(readFile(t, d.config.path()))[1]
+	stateDir := filepath.Dir(regexp.MustCompile(`stateFile: (\S+)\}`).FindStringSubmatch(readFile(t, d.config.path()))[1])
+
+	env.StopAPIServer()
+	apiBack := false
+	t.Cleanup(func() {
+		if !apiBack {
+			_ = env.StartAPIServer()
+		}
+	})
+	// Pressure arrives while the API server is down (the reload needs no API).
+	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, localStop))
+	d.waitMetric(t, `evictiond_evictions_total{result="stopped_locally",signal="memory.available"}`,
+		func(v float64) bool { return v >= 1 }, "a pod stopped through the CRI", 60*time.Second)
+	// Pressure ends before the API server is back, so what follows is the report alone.
+	d.config.update(t, testConfig("  memory.available: 100Mi", criEndpoint, stateDir, localStop))
+	d.waitMetric(t, `evictiond_threshold_met{kind="hard",signal="memory.available"}`, eq(0), "not met any more", 15*time.Second)
+	victims := stopped()
+	if len(victims) == 0 {
+		t.Fatalf("evictions_total counts a local stop but every sandbox is still ready")
+	}
+	t.Logf("stopped through the CRI while the API server was down: %d of %d pods", len(victims), len(pods))
+
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	apiBack = true
+	for _, v := range victims {
+		ev := waitEvents(t, ns, "PodStoppedLocally", func(e corev1.Event) bool { return e.InvolvedObject.UID == v.UID }, 60*time.Second)
+		if !strings.Contains(ev[0].Message, "Stopped through the CRI") || ev[0].Type != corev1.EventTypeWarning {
+			t.Errorf("PodStoppedLocally Event %s %q", ev[0].Type, ev[0].Message)
+		}
+		got, err := env.Client.CoreV1().Pods(ns).Get(ctx, v.Name, metav1.GetOptions{})
+		if err == nil && got.DeletionTimestamp == nil {
+			t.Errorf("pod %s stopped locally was not deleted once the API server was back", v.Name)
+		}
+	}
+	waitEvents(t, "default", "PodStoppedLocally", func(e corev1.Event) bool { return e.InvolvedObject.Name == node }, 10*time.Second)
 }
 
 // TestDeployManifestsAcceptedByAPIServer runs `kubectl apply --dry-run=server
