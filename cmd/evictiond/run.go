@@ -301,6 +301,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 			m.ConfigLastReloadSuccessful.Set(1)
 			m.ConfigLastReloadTime.SetToCurrentTime()
 			log.Info("configuration reloaded", "path", f.config)
+			for _, w := range c.Warnings {
+				log.Warn("configuration warning", "warning", w)
+			}
 			a.Reload(c)
 		},
 		Reject: func(err error) {
