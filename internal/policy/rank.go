@@ -176,6 +176,16 @@ func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLay
 		pi.diskReq = podRequest(pod, v1.ResourceEphemeralStorage)
 	}
 	pi.stats, pi.hasStats = stats[pod.UID]
+	// A pod whose usage for this resource was not measured (no cgroup yet,
+	// an unreadable file) has no stats for ranking, as a pod missing from the
+	// kubelet's summary: it ranks first, never as if it used nothing.
+	switch {
+	case !pi.hasStats:
+	case s.Resource() == ResourceMemory:
+		pi.hasStats = pi.stats.MemoryWorkingSet != nil
+	case s.Resource() == ResourcePIDs:
+		pi.hasStats = pi.stats.Processes != nil
+	}
 	if pi.hasStats {
 		pi.memUsage = val(pi.stats.MemoryWorkingSet)
 		pi.procs = val(pi.stats.Processes)

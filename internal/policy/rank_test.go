@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // rankFor ranks pods for a signal the way Select does.
@@ -261,6 +262,23 @@ func TestLocalVolumeNames(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("local volumes = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestRank_PodWithStatsEntryButNoMeasuredUsageRanksAsWithoutStats(t *testing.T) {
+	measured := int64(50 << 20)
+	pending := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "ns", UID: "pending"}}
+	running := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "running", Namespace: "ns", UID: "running"}}
+	stats := PodStatsByUID{
+		"pending": {Volumes: map[string]VolumeStats{}}, // disk-only entry: no cgroup yet
+		"running": {MemoryWorkingSet: &measured, Processes: ptr(int64(3))},
+	}
+	for _, sig := range []Signal{SignalMemoryAvailable, SignalPIDAvailable} {
+		infos := []podInfo{newPodInfo(running, stats, sig, FilesystemLayout{}), newPodInfo(pending, stats, sig, FilesystemLayout{})}
+		rankPods(infos, sig)
+		if infos[0].pod.Name != "pending" {
+			t.Errorf("%s: ranking %s, %s; a pod whose usage was not measured must rank first, as the kubelet ranks pods without stats", sig, infos[0].pod.Name, infos[1].pod.Name)
 		}
 	}
 }
