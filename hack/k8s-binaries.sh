@@ -32,10 +32,13 @@ if ((${#missing[@]} > 0)); then
 	# build never leaves a half-written binary that a later run would trust.
 	tmp="$(mktemp -d "$BIN_DIR/.build.XXXXXX")"
 	trap 'rm -rf "$tmp"' EXIT
+	echo "k8s-binaries: building ${missing[*]} $K8S_VERSION (slow on a cold cache)" >&2
+	pkgs=()
+	for c in "${missing[@]}"; do pkgs+=("./$c"); done
+	# One go build for all: shared packages compile once and the links run in parallel.
+	(cd "$TOOLS_DIR" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags='-s -w' \
+		-o "$tmp/" "${pkgs[@]}") >&2
 	for c in "${missing[@]}"; do
-		echo "k8s-binaries: building $c $K8S_VERSION (slow on a cold cache)" >&2
-		(cd "$TOOLS_DIR" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags='-s -w' \
-			-o "$tmp/$c" "./$c") >&2
 		mv "$tmp/$c" "$BIN_DIR/$c"
 	done
 fi

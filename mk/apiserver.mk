@@ -6,10 +6,10 @@ K8S_VERSION     ?= v1.35.4
 K8S_BIN         := $(EVICTIOND_CACHE)/k8s/$(K8S_VERSION)/bin
 APISERVER_PKGS  ?= ./internal/kube/... ./internal/testenv/apiserver/...
 
-DEPS  += k8s-binaries etcd-package apiserver-cri-packages
+DEPS  += k8s-binaries etcd-package
 TIERS += test-apiserver
 
-.PHONY: k8s-binaries etcd-package apiserver-cri-packages test-apiserver
+.PHONY: k8s-binaries etcd-package test-apiserver bench-apiserver
 
 k8s-binaries:
 	EVICTIOND_CACHE=$(EVICTIOND_CACHE) K8S_VERSION=$(K8S_VERSION) ./hack/k8s-binaries.sh
@@ -18,9 +18,11 @@ etcd-package:
 	./hack/install-deps.sh etcd-server
 
 # One test of this tier (local stop through the CRI while the API server is down) runs a
-# real pod sandbox in a private containerd.
-apiserver-cri-packages:
-	./hack/install-deps.sh containerd runc busybox-static
-
-test-apiserver: k8s-binaries etcd-package apiserver-cri-packages
+# real pod sandbox in a private containerd: cri-packages comes from mk/cri.mk.
+test-apiserver: k8s-binaries etcd-package cri-packages
 	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 20m $(APISERVER_PKGS)
+
+# Benchmarks against the real API server (eviction call, condition re-assert round trip,
+# node-scoped informer sync with and without pods elsewhere) and the pure node status path.
+bench-apiserver: k8s-binaries etcd-package cri-packages
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -run='^$$' -bench=. -benchmem -benchtime=100x ./internal/kube/...

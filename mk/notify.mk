@@ -12,3 +12,4 @@ test-notify:
 bench-notify:
 	$(GO) test -tags integration -run '^$$' -bench 'WakeLatencyMemcg' -benchtime 300x ./internal/notify
 	$(GO) test -tags integration -run '^$$' -bench 'WakeLatencyPoll' -benchtime 100x ./internal/notify
+	$(GO) test -tags integration -run '^$$' -bench 'PollTickRealMemcg|MemcgRearm' ./internal/notify

@@ -15,12 +15,27 @@ type monitorStats struct{ m *monitor.Monitor }
 
 var _ agent.Stats = monitorStats{}
 
+// Observe reads the node signals and the pods' cached disk usage.
 func (s monitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
-	snap := s.m.Observe(ctx, monitor.PodRefsFromPods(pods))
+	refs := monitor.PodRefsFromPods(pods)
+	s.m.SetPods(refs) // the disk refresher measures these pods
+	snap := s.m.ObserveNode(ctx)
+	s.m.ObservePodDisk(ctx, snap, refs)
 	return agent.Observed{
 		Observations: snap.Observations,
 		Pods:         snap.Pods,
 		Layout:       snap.Layout,
 		Missing:      snap.Missing,
+		Handle:       snap,
 	}
+}
+
+// ObserveUsage adds fresh memory and process counts, for ranking.
+func (s monitorStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {
+	snap, ok := obs.Handle.(*monitor.Snapshot)
+	if !ok {
+		return
+	}
+	s.m.ObservePods(ctx, snap, monitor.PodRefsFromPods(pods))
+	obs.Pods = snap.Pods
 }

@@ -331,7 +331,11 @@ func writeObserveOutput(w io.Writer, out observeOutput, format string, once bool
 		out.Cgroups.Version, out.Cgroups.Driver, out.Cgroups.Kubepods, out.MemoryFormula)
 	fmt.Fprintln(tw, "SIGNAL\tAVAILABLE\tCAPACITY\tAGE\tSOURCE")
 	for _, s := range out.Signals {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Signal, formatValue(s.Signal, s.Available), formatValue(s.Signal, s.Capacity), s.Age, s.Source)
+		capacity := formatValue(s.Signal, s.Capacity)
+		if s.Signal.IsPSI() {
+			capacity = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Signal, formatValue(s.Signal, s.Available), capacity, s.Age, s.Source)
 	}
 	missing := make([]string, 0, len(out.Missing))
 	for sig := range out.Missing {
@@ -364,7 +368,8 @@ func writeObserveOutput(w io.Writer, out observeOutput, format string, once bool
 func formatValue(sig policy.Signal, v int64) string {
 	switch {
 	case sig.IsPSI():
-		return fmt.Sprintf("%.2f%%", float64(v)/float64(policy.PSIScale)*100)
+		// Headroom on PSIScale; people read the stall it leaves.
+		return fmt.Sprintf("%.2f%% stall", float64(policy.PSIScale-v)/100)
 	case sig.Resource() == policy.ResourceMemory || sig.Resource() == policy.ResourceEphemeralStorage:
 		return bytesString(v)
 	default:

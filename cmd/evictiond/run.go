@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/agent"
@@ -107,6 +108,17 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 // runDaemon wires the parts and runs until ctx ends.
 func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
+	// Parts run until ctx ends and some cleanups wait for them (the informers'
+	// Shutdown does), so ctx is cancelled before the cleanups run, on every
+	// return path: an error at start-up must not leave the process hanging.
+	ctx, cancel := context.WithCancel(ctx)
+	var cleanups []func()
+	defer func() {
+		cancel()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
 	cfg, data, err := configfile.Load(f.config)
 	if err != nil {
 		// At start there is no last good configuration to fall back on.
@@ -117,6 +129,35 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		log.Warn("configuration warning", "warning", w)
 	}
 	m := metrics.New()
+
+	// Serve from the start: /metrics at once, /healthz alive, /readyz naming
+	// the step start-up waits on (the informers wait for the API server, which
+	// may be down when the node reboots), so a slow start is not a liveness
+	// failure and the kubelet does not restart the agent in a loop.
+	lis, err := net.Listen("tcp", f.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-address %s: %w", f.metricsAddr, err)
+	}
+	var startStep atomic.Value
+	startStep.Store("configuration loaded")
+	starting := agent.Check{Name: "startup", Fn: func(context.Context) error {
+		return fmt.Errorf("starting: %s", startStep.Load())
+	}}
+	var handler atomic.Pointer[http.Handler]
+	startupHandler := agent.Handler(m.Registry, nil, []agent.Check{starting})
+	handler.Store(&startupHandler)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	cleanups = append(cleanups, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	})
 
 	restCfg, err := restConfig(f.kubeconfig)
 	if err != nil {
@@ -134,19 +175,23 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	startStep.Store("waiting for the pod and node informers to sync with the API server")
 	if err := informers.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped during start-up", "step", startStep.Load())
+			return nil // SIGTERM before the API server answered: a clean stop
+		}
 		return fmt.Errorf("node informers: %w", err)
 	}
-	defer informers.Shutdown()
+	cleanups = append(cleanups, informers.Shutdown)
 	recorder, stopRecorder := kube.NewEventRecorder(ctx, client, f.nodeName)
-	defer stopRecorder()
+	cleanups = append(cleanups, stopRecorder)
 
-	rc, err := reclaim.New(reclaimOptions(cfg, f, log))
+	rc, err := startReclaimer(ctx, reclaimOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	go rc.RunImageTracker(ctx, 0)
+	cleanups = append(cleanups, func() { rc.current().stop() })
 
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
 		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot,
@@ -156,9 +201,10 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		log.Warn("CRI unavailable for stats; imagefs read through cAdvisor, writable layers missing", "endpoint", cfg.Reclaim.CRIEndpoint, "err", err)
 	} else {
-		defer closeRT()
+		cleanups = append(cleanups, func() { _ = closeRT() })
 		monCfg.Runtime = rt
 	}
+	startStep.Store("starting the monitor (embedded cAdvisor)")
 	mon, err := monitor.New(monCfg)
 	if err != nil {
 		return err
@@ -166,29 +212,30 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err := mon.Start(ctx); err != nil {
 		return fmt.Errorf("starting the monitor: %w", err)
 	}
-	defer mon.Stop()
+	cleanups = append(cleanups, func() { _ = mon.Stop() })
 	m.Registry.MustRegister(mon.Collectors()...)
 
-	status, err := kube.NewNodeStatus(client, informers, recorder, nodeStatusOptions(cfg, f, log))
+	status, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	statusCtx, stopStatus := context.WithCancel(ctx)
-	defer stopStatus()
-	statusDone := make(chan struct{})
-	go func() { status.Run(statusCtx); close(statusDone) }()
+	sink := &statusSink{s: status}
+	cleanups = append(cleanups, func() { sink.s.stop() })
+	sink.update(cfg)
 
 	evictor, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(cfg, f, rc, log))
 	if err != nil {
 		return err
 	}
-	ev := &kubeEvictor{e: evictor}
+	ev := &kubeEvictor{e: evictor, apiReachable: reach.reachable}
 
 	waker := notify.NewWaker()
 	notifyMetrics := notify.NewMetrics()
 	m.Registry.MustRegister(notifyMetrics.Collectors()...)
+	// The notifier takes the cgroup relative to the hierarchy's mount.
+	kubepods := strings.TrimPrefix(mon.CgroupInfo().Kubepods, "/")
 	readMemory := func() (policy.Observations, error) { return mon.ObserveMemory().Observations, nil }
-	nm, err := notify.New(notifyOptions(cfg, f, readMemory, notifyMetrics, log), waker)
+	nm, err := notify.New(notifyOptions(cfg, f, kubepods, readMemory, notifyMetrics, log), waker)
 	if err != nil {
 		return err
 	}
@@ -198,28 +245,54 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		}
 	}()
 
-	sink := newStatusSink(status, cfg)
 	deps := agent.Deps{Stats: monitorStats{m: mon}, Pods: informerPods{informers}, Status: sink,
 		Evictor: ev, Reclaimer: criReclaimer{rc}, Recorder: recorder, Metrics: m}
+	prev := cfg
 	var a *agent.Agent
 	a = agent.New(cfg, deps, agent.Options{NodeName: f.nodeName, SelfUID: types.UID(f.selfUID), Wake: waker.C(), Logger: log.With("component", "loop"),
 		OnConfig: func(c *policy.Config) {
 			// Runs in the loop goroutine: rebuild what depends on the configuration.
-			if e, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(c, f, rc, log)); err != nil {
-				log.Error("evictor not rebuilt; keeping the previous one", "err", err)
-			} else {
-				ev.e = e
+			if c.DryRun != rc.current().dryRun {
+				// Reclaim and node status fix their dry-run mode at construction: a
+				// file switching dryRun must switch them too, or "dryRun: true" would
+				// leave image GC deleting.
+				opts := reclaimOptions(cfg, f, log) // reclaim.* changes wait for a restart
+				opts.DryRun = c.DryRun
+				if err := rc.swap(ctx, opts); err != nil {
+					log.Error("reclaim not switched to the new dryRun; keeping the previous reclaimer", "dryRun", c.DryRun, "err", err)
+				}
 			}
-			if err := nm.Reconfigure(notifyOptions(c, f, readMemory, notifyMetrics, log)); err != nil {
+			if !c.DryRun && sink.s.dryRun {
+				if next, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(c, f, log)); err != nil {
+					log.Error("node status writer not switched out of dry run", "err", err)
+				} else {
+					sink.s.stop()
+					sink.s = next
+				}
+			}
+			if evictorChanged(prev, c) {
+				// Rebuilt only on change: the evictor holds the token bucket, the
+				// cool-down and the queue of local stops to report.
+				if e, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(c, f, rc, log)); err != nil {
+					log.Error("evictor not rebuilt; keeping the previous one", "err", err)
+				} else {
+					ev.e = e
+				}
+			}
+			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {
 				log.Error("fast path not reconfigured", "err", err)
 			}
 			sink.update(c)
+			prev = c
 			if restartOnly := restartOnlyChanges(cfg, c); restartOnly != "" {
 				log.Warn("configuration changes that take effect on restart", "fields", restartOnly)
 			}
 		}})
 	m.ConfigLastReloadSuccessful.Set(1)
 	m.ConfigLastReloadTime.SetToCurrentTime()
+	// Both results exist from the start, so increase() and alerts see the first rejection.
+	m.ConfigReloads.WithLabelValues("success")
+	m.ConfigReloads.WithLabelValues("rejected")
 
 	watcher := &configfile.Watcher{Path: f.config, Log: log.With("component", "config"),
 		Apply: func(c *policy.Config) {
@@ -228,6 +301,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 			m.ConfigLastReloadSuccessful.Set(1)
 			m.ConfigLastReloadTime.SetToCurrentTime()
 			log.Info("configuration reloaded", "path", f.config)
+			for _, w := range c.Warnings {
+				log.Warn("configuration warning", "warning", w)
+			}
 			a.Reload(c)
 		},
 		Reject: func(err error) {
@@ -246,28 +322,14 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	ready := []agent.Check{
 		a.StatsFresh(10*interval + 2*cfg.PodCleanupTimeout + 10*time.Second),
 		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.check(ctx, client) }),
-		agent.CachedCheck("cri", 10*time.Second, rc.Ready),
+		agent.CachedCheck("cri", 10*time.Second, func(ctx context.Context) error { return rc.current().r.Ready(ctx) }),
 	}
-	srv := &http.Server{Addr: f.metricsAddr, Handler: agent.Handler(m.Registry, live, ready), ReadHeaderTimeout: 5 * time.Second}
-	lis, err := net.Listen("tcp", f.metricsAddr)
-	if err != nil {
-		return fmt.Errorf("--metrics-address %s: %w", f.metricsAddr, err)
-	}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
-		}
-	}()
+	running := agent.Handler(m.Registry, live, ready)
+	handler.Store(&running)
 
 	log.Info("evictiond running", "config", f.config, "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun,
 		"hostRoot", f.hostRoot, "metrics", lis.Addr().String())
 	a.Run(ctx) // returns on SIGTERM
-
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
-	stopStatus()
-	<-statusDone
 	return nil
 }
 
@@ -316,7 +378,7 @@ func reclaimOptions(c *policy.Config, f *runFlags, log *slog.Logger) reclaim.Opt
 	}
 	return reclaim.Options{RuntimeEndpoint: c.Reclaim.CRIEndpoint, ImageMinimumAge: minAge, StateFile: c.Reclaim.ImageStateFile,
 		PinnedImages: c.Reclaim.PinnedImages, HostRoot: f.hostRoot, NodeFsPath: f.kubeletRoot, PodLogsDir: f.podLogs,
-		DryRun: c.DryRun, Logger: log.With("component", "reclaim")}
+		DryRun: c.DryRun, Logger: log} // reclaim adds its component
 }
 
 func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.NodeStatusOptions {
@@ -328,7 +390,7 @@ func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.Nod
 		DryRun: c.DryRun, Logger: log.With("component", "nodestatus")}
 }
 
-func evictorOptions(c *policy.Config, f *runFlags, rc *reclaim.Reclaimer, log *slog.Logger) kube.EvictorOptions {
+func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.Logger) kube.EvictorOptions {
 	after := kube.EscalateStop
 	if c.Escalation.Delete {
 		after = kube.EscalateDelete
@@ -347,30 +409,16 @@ func evictorOptions(c *policy.Config, f *runFlags, rc *reclaim.Reclaimer, log *s
 		Logger:      log.With("component", "evictor")}
 }
 
-func notifyOptions(c *policy.Config, f *runFlags, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
-	kubepods := "kubepods"
-	if f.cgroupDriver == "systemd" {
-		kubepods = "kubepods.slice"
-	}
-	var ts []notify.Threshold
-	for _, t := range c.Thresholds {
-		if t.Signal != policy.SignalMemoryAvailable && t.Signal != policy.SignalAllocatableMemoryAvailable {
-			continue
-		}
-		nt := notify.Threshold{Signal: t.Signal, Hard: t.Hard()}
-		if t.Value.Quantity != nil {
-			nt.Available = t.Value.Quantity.Value()
-		} else {
-			nt.Percentage = float64(t.Value.Percentage)
-		}
-		ts = append(ts, nt)
-	}
-	return notify.Options{CgroupRoot: filepath.Join(f.hostRoot, "/sys/fs/cgroup"), ProcRoot: filepath.Join(f.hostRoot, "/proc"),
-		KubepodsCgroup: kubepods, MemcgThresholds: c.Notifier.MemcgThresholds, MemoryEvents: c.Notifier.MemoryEvents,
-		PSI: notify.PSIOptions{Enabled: c.Notifier.PSIEnabled, Type: notify.PSIStallType(c.Notifier.PSIType),
-			Stall: c.Notifier.PSIStall, Window: c.Notifier.PSIWindow},
-		PollInterval: c.Notifier.PollInterval, Thresholds: ts, ReadMemory: read,
-		Logger: log.With("component", "notify"), Metrics: nm}
+// notifyOptions arms the fast path on kubepods, the cgroup the monitor
+// resolved from --cgroup-root and --cgroup-driver (e.g. kubepods, or
+// custom-root/kubepods), so both watch the same memcg.
+func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.MemoryReader, nm *notify.Metrics, log *slog.Logger) notify.Options {
+	opts := notify.OptionsFromConfig(c)
+	opts.CgroupRoot = filepath.Join(f.hostRoot, "/sys/fs/cgroup")
+	opts.ProcRoot = filepath.Join(f.hostRoot, "/proc")
+	opts.KubepodsCgroup = kubepods
+	opts.ReadMemory, opts.Logger, opts.Metrics = read, log, nm // notify adds its component
+	return opts
 }
 
 // informerPods lists this node's pods from the informer cache; an unsynced
@@ -384,33 +432,114 @@ func (l informerPods) List() ([]*v1.Pod, error) {
 
 // statusSink forwards conditions to the node status writer while
 // nodeStatus.conditions is on and the agent is not in dry run (where nothing
-// but Events and metrics is written). Turning it off releases owned entries once.
+// but Events and metrics is written). Turning it off releases owned entries
+// once. Used from the loop goroutine only.
 type statusSink struct {
-	s       *kube.NodeStatus
-	enabled atomic.Bool
-}
-
-func newStatusSink(s *kube.NodeStatus, c *policy.Config) *statusSink {
-	sink := &statusSink{s: s}
-	sink.update(c)
-	return sink
+	s       *runningNodeStatus
+	enabled bool
 }
 
 func (s *statusSink) SetConditions(c []v1.NodeConditionType) {
-	if s.enabled.Load() {
-		s.s.SetConditions(c)
+	if s.enabled {
+		s.s.w.SetConditions(c)
 	}
 }
 
 func (s *statusSink) update(c *policy.Config) {
 	on := c.NodeStatus.Conditions && !c.DryRun
-	if was := s.enabled.Swap(on); was && !on {
-		s.s.SetConditions(nil)
+	if s.enabled && !on {
+		s.s.w.SetConditions(nil)
 	}
+	s.enabled = on
+}
+
+// runningNodeStatus is a node status writer and its goroutine. Its dry-run
+// mode is fixed, so leaving dry run on reload starts a new one.
+type runningNodeStatus struct {
+	w      *kube.NodeStatus
+	dryRun bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startNodeStatus(ctx context.Context, client kubernetes.Interface, inf *kube.NodeInformers, rec record.EventRecorder, opts kube.NodeStatusOptions) (*runningNodeStatus, error) {
+	w, err := kube.NewNodeStatus(client, inf, rec, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &runningNodeStatus{w: w, dryRun: opts.DryRun, cancel: cancel, done: make(chan struct{})}
+	go func() { w.Run(ctx); close(r.done) }()
+	return r, nil
+}
+
+func (r *runningNodeStatus) stop() { r.cancel(); <-r.done }
+
+// reclaimerRef is the reclaimer in use and its image tracker. Its dry-run mode
+// is fixed at construction, so a reload switching dryRun swaps in a new one;
+// the readiness probe reads it from another goroutine.
+type reclaimerRef struct {
+	p atomic.Pointer[runningReclaimer]
+}
+
+type runningReclaimer struct {
+	r      *reclaim.Reclaimer
+	dryRun bool
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runningReclaimer) startTracker(ctx context.Context) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go func() { r.r.RunImageTracker(ctx, 0); close(r.done) }()
+}
+
+// stopTracker waits for the tracker: it writes the state file, one writer at a time.
+func (r *runningReclaimer) stopTracker() { r.cancel(); <-r.done }
+
+func (r *runningReclaimer) stop() {
+	r.stopTracker()
+	_ = r.r.Close()
+}
+
+func startReclaimer(ctx context.Context, opts reclaim.Options) (*reclaimerRef, error) {
+	r, err := reclaim.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	rr := &runningReclaimer{r: r, dryRun: opts.DryRun}
+	rr.startTracker(ctx)
+	ref := &reclaimerRef{}
+	ref.p.Store(rr)
+	return ref, nil
+}
+
+func (ref *reclaimerRef) current() *runningReclaimer { return ref.p.Load() }
+
+// swap replaces the reclaimer; on error the current one stays in use.
+func (ref *reclaimerRef) swap(ctx context.Context, opts reclaim.Options) error {
+	old := ref.current()
+	old.stopTracker()
+	r, err := reclaim.New(opts)
+	if err != nil {
+		old.startTracker(ctx)
+		return err
+	}
+	next := &runningReclaimer{r: r, dryRun: opts.DryRun}
+	next.startTracker(ctx)
+	ref.p.Store(next)
+	_ = old.r.Close()
+	return nil
 }
 
 // kubeEvictor adapts kube.Evictor to the loop's Evictor.
-type kubeEvictor struct{ e *kube.Evictor }
+type kubeEvictor struct {
+	e *kube.Evictor
+	// apiReachable says whether the last API request succeeded.
+	apiReachable func() bool
+	lastReport   time.Time
+}
 
 func (k *kubeEvictor) Evict(ctx context.Context, cands []policy.Candidate) agent.EvictResult {
 	k.e.StartPass()
@@ -419,30 +548,60 @@ func (k *kubeEvictor) Evict(ctx context.Context, cands []policy.Candidate) agent
 	return agent.EvictResult{Outcome: string(res.Outcome), Err: res.Err, At: start, Victim: res.Victim}
 }
 
+// localStopReportInterval spaces the attempts to report local stops, so a
+// flapping API server does not cost the loop a request every pass.
+const localStopReportInterval = 10 * time.Second
+
+// ReportPending reports pods stopped through the CRI while the API server was
+// unreachable (Events, pod deletion), once it answers again.
+func (k *kubeEvictor) ReportPending(ctx context.Context, log *slog.Logger) {
+	if k.e.PendingLocalStops() == 0 || !k.apiReachable() || time.Since(k.lastReport) < localStopReportInterval {
+		return
+	}
+	k.lastReport = time.Now()
+	n, err := k.e.ReportLocalStops(ctx)
+	if err != nil {
+		log.Warn("local stops not all reported; retrying", "reported", n, "pending", k.e.PendingLocalStops(), "err", err)
+	}
+}
+
 // criReclaimer adapts reclaim.Reclaimer to the loop's Reclaimer.
-type criReclaimer struct{ r *reclaim.Reclaimer }
+type criReclaimer struct{ ref *reclaimerRef }
 
 func (c criReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) agent.ReclaimResult {
-	res, err := c.r.Run(ctx, reclaim.Request{Step: step, Signal: sig, Need: need, LivePods: reclaim.LivePodsFromPods(live)})
+	res, err := c.ref.current().r.Run(ctx, reclaim.Request{Step: step, Signal: sig, Need: need, LivePods: reclaim.LivePodsFromPods(live)})
 	return agent.ReclaimResult{Freed: res.Freed, Items: res.ItemsRemoved + res.WouldRemove, Err: err}
 }
 
 // criStopper adapts reclaim's CRI stop to the evictor's LocalPodStopper.
-type criStopper struct{ r *reclaim.Reclaimer }
+type criStopper struct{ ref *reclaimerRef }
 
 func (c criStopper) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
-	_, err := c.r.StopPod(ctx, uid, 0)
+	_, err := c.ref.current().r.StopPod(ctx, uid, 0)
 	return err
+}
+
+// evictorChanged says whether the evictor must be rebuilt for next.
+func evictorChanged(prev, next *policy.Config) bool {
+	return prev.DryRun != next.DryRun || prev.Escalation != next.Escalation || prev.RateLimits != next.RateLimits ||
+		prev.APIUnreachable != next.APIUnreachable || prev.PodCleanupTimeout != next.PodCleanupTimeout ||
+		prev.Reclaim.ImageStateFile != next.Reclaim.ImageStateFile
 }
 
 // reachability records whether the API server answered recently, from every
 // request the agent makes anyway (watches, patches, evictions), so /readyz
-// costs the API server a request only when the agent has been quiet.
+// costs the API server a request only when the agent has been quiet and has
+// no watch open: on a fleet, a /readyz request per node per probe period adds
+// up.
 type reachability struct {
 	mu       sync.Mutex
 	lastOK   time.Time
 	lastErr  error
 	lastFail time.Time
+	// openWatches counts watch streams being read; one that ends in an error
+	// counts as a failure (client-go's HTTP/2 health check ends a stream on a
+	// dead connection within about 45 s).
+	openWatches int
 }
 
 func (r *reachability) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -451,16 +610,57 @@ func (r *reachability) wrap(rt http.RoundTripper) http.RoundTripper {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if err != nil || resp.StatusCode >= 500 {
-			r.lastFail = time.Now()
-			if err != nil {
-				r.lastErr = err
-			} else {
-				r.lastErr = fmt.Errorf("%s %s: HTTP %d", req.Method, req.URL.Path, resp.StatusCode)
-			}
-		} else {
-			r.lastOK = time.Now()
+			r.fail(err, req, resp)
+			return resp, err
+		}
+		r.lastOK = time.Now()
+		if resp.StatusCode < 300 && req.URL.Query().Get("watch") == "true" {
+			r.openWatches++
+			resp.Body = &watchBody{ReadCloser: resp.Body, r: r}
 		}
 		return resp, err
+	})
+}
+
+// fail records a failed request; r.mu must be held.
+func (r *reachability) fail(err error, req *http.Request, resp *http.Response) {
+	r.lastFail = time.Now()
+	if err != nil {
+		r.lastErr = err
+	} else {
+		r.lastErr = fmt.Errorf("%s %s: HTTP %d", req.Method, req.URL.Path, resp.StatusCode)
+	}
+}
+
+// watchBody ends its watch's count when the stream ends.
+type watchBody struct {
+	io.ReadCloser
+	r    *reachability
+	once sync.Once
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end(err)
+	}
+	return n, err
+}
+
+func (b *watchBody) Close() error {
+	b.end(nil)
+	return b.ReadCloser.Close()
+}
+
+func (b *watchBody) end(err error) {
+	b.once.Do(func() {
+		b.r.mu.Lock()
+		defer b.r.mu.Unlock()
+		b.r.openWatches--
+		// EOF is the server ending the watch (its timeout); cancellation is ours.
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+			b.r.lastFail, b.r.lastErr = time.Now(), fmt.Errorf("watch stream: %w", err)
+		}
 	})
 }
 
@@ -468,13 +668,21 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// check is ready when the last request succeeded; after 30 s without any
-// request it asks the API server's /readyz itself.
+// reachable: the last request the agent made got an answer.
+func (r *reachability) reachable() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.lastOK.IsZero() && r.lastOK.After(r.lastFail)
+}
+
+// check is ready while the last request succeeded and either a watch stream
+// is open or that request is less than 30 s old; otherwise it asks the API
+// server's /readyz itself.
 func (r *reachability) check(ctx context.Context, client kubernetes.Interface) error {
 	r.mu.Lock()
-	ok, fail, lastErr := r.lastOK, r.lastFail, r.lastErr
+	ok, fail, lastErr, watches := r.lastOK, r.lastFail, r.lastErr, r.openWatches
 	r.mu.Unlock()
-	if !ok.IsZero() && ok.After(fail) && time.Since(ok) < 30*time.Second {
+	if !ok.IsZero() && ok.After(fail) && (watches > 0 || time.Since(ok) < 30*time.Second) {
 		return nil
 	}
 	if !fail.IsZero() && fail.After(ok) && time.Since(fail) < 5*time.Second {

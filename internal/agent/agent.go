@@ -29,11 +29,19 @@ type Observed struct {
 	Layout       policy.FilesystemLayout
 	// Missing names signals that could not be read, and why.
 	Missing map[policy.Signal]string
+	// Handle is the Stats implementation's own state for ObserveUsage.
+	Handle any
 }
 
-// Stats reads the node's signals and the given pods' usage.
+// Stats reads the node.
 type Stats interface {
+	// Observe reads every node signal and the pods' disk usage (what the
+	// local-storage limit checks need): cheap, every pass.
 	Observe(ctx context.Context, pods []*v1.Pod) Observed
+	// ObserveUsage adds the pods' fresh memory and process counts to obs (to
+	// its Pods map, in place): only when pods must be ranked, since reading
+	// every pod cgroup each pass is what an idle node should not pay.
+	ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed)
 }
 
 // Pods lists the pods bound to this node.
@@ -63,6 +71,13 @@ type EvictResult struct {
 // rate limits and the wait for the victim are its business).
 type Evictor interface {
 	Evict(ctx context.Context, candidates []policy.Candidate) EvictResult
+}
+
+// PendingReporter is an Evictor with work queued for when the API server
+// answers again (pods stopped through the CRI while it was unreachable); the
+// loop gives it a turn at the start of every pass.
+type PendingReporter interface {
+	ReportPending(ctx context.Context, log *slog.Logger)
 }
 
 // ReclaimResult is one node-level reclaim step's outcome.
@@ -107,6 +122,9 @@ type Agent struct {
 	log      *slog.Logger
 
 	reloads chan *policy.Config
+	// lastHeldBack is the last "why no eviction" logged, so it is logged at
+	// Info once per change instead of on every pass.
+	lastHeldBack string
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -200,6 +218,9 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
 
+	if r, ok := a.evictor.(PendingReporter); ok {
+		r.ReportPending(ctx, a.log)
+	}
 	pods, err := a.pods.List()
 	if err != nil {
 		a.finishPass(Observed{}, fmt.Sprintf("listing pods: %v", err))
@@ -221,10 +242,14 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	starved := assessment.Starved
 	if starved == nil {
 		a.lastStarved = ""
+		a.lastHeldBack = ""
 		return
 	}
 	a.noteStarved(starved)
 
+	// Ranking needs every pod's fresh memory and process counts; the
+	// assessment holds the same Pods map, so it sees them.
+	a.stats.ObserveUsage(ctx, pods, &obs)
 	fresh := obs.Observations
 	if plan := assessment.NodeReclaim; plan != nil {
 		after, sufficient := a.reclaimNode(ctx, plan, pods, obs.Layout)
@@ -237,15 +262,56 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	cfg := a.engine.Config()
 	sel := a.engine.Select(assessment, fresh, cfg.Escalation.MaxCandidates+cfg.RateLimits.MaxPerPass)
 	if sel.Waiting != "" {
-		a.log.Debug("no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
+		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
 		return
 	}
 	if len(sel.Candidates) == 0 {
-		a.log.Warn("unable to evict any pods from the node", "signal", starved.Threshold.Signal, "excluded", len(sel.Excluded))
+		a.heldBack(slog.LevelWarn, "unable to evict any pods from the node", "signal", starved.Threshold.Signal,
+			"excluded", len(sel.Excluded), "why", excludedSummary(sel.Excluded))
 		return
 	}
+	a.lastHeldBack = ""
 	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(time.Since(fresh[starved.Threshold.Signal].Time).Seconds())
 	a.evict(ctx, sel.Candidates, fresh)
+}
+
+// heldBack logs why no pod is evicted at level when the reason changes, and
+// at Debug on the passes in between.
+func (a *Agent) heldBack(level slog.Level, msg string, attrs ...any) {
+	key := msg + fmt.Sprint(attrs...)
+	// The waiting message carries elapsed times; compare without digits.
+	key = strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, key)
+	if key == a.lastHeldBack {
+		level = slog.LevelDebug
+	}
+	a.lastHeldBack = key
+	a.log.Log(context.Background(), level, msg, attrs...)
+}
+
+// excludedSummary counts excluded pods by reason, e.g.
+// "owned by a DaemonSet: 3; critical pod (...): 1".
+func excludedSummary(excluded []policy.ExcludedPod) string {
+	counts := map[string]int{}
+	var order []string
+	for _, e := range excluded {
+		if counts[e.Reason] == 0 {
+			order = append(order, e.Reason)
+		}
+		counts[e.Reason]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, r := range order {
+		parts = append(parts, fmt.Sprintf("%s: %d", r, counts[r]))
+	}
+	if len(parts) == 0 {
+		return "no pods on the node"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // activePods drops pods that already reached a terminal phase.
@@ -346,7 +412,11 @@ func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.
 	}
 	v := res.Victim
 	o := obs[v.Signal]
-	a.log.Warn("pod evicted", "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
+	msg := "pod evicted"
+	if res.Outcome == "dry_run" {
+		msg = "dry run: pod would be evicted"
+	}
+	a.log.Warn(msg, "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
 		"signal", v.Signal, "hard", v.Hard, "gracePeriodSeconds", v.GracePeriodSeconds,
 		"available", policy.FormatValue(v.Signal, o.Available), "why", v.Reason, "message", v.Message)
 	if res.Outcome == "dry_run" {

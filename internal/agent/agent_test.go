@@ -45,6 +45,8 @@ func (s *fakeStats) Observe(ctx context.Context, pods []*v1.Pod) Observed {
 	return Observed{Observations: out, Pods: s.pods}
 }
 
+func (s *fakeStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {}
+
 type fakePods struct{ pods []*v1.Pod }
 
 func (p *fakePods) List() ([]*v1.Pod, error) { return p.pods, nil }
@@ -208,5 +210,33 @@ func eventsContain(rec *record.FakeRecorder, reason string) bool {
 		default:
 			return false
 		}
+	}
+}
+
+func TestHeldBackLogsAtLevelOncePerReasonThenDebug(t *testing.T) {
+	var buf strings.Builder
+	a := &Agent{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	a.heldBack(slog.LevelInfo, "no eviction this pass", "why", "waiting for ns/a to terminate (evicted 1.2s ago)")
+	a.heldBack(slog.LevelInfo, "no eviction this pass", "why", "waiting for ns/a to terminate (evicted 2.4s ago)")
+	a.heldBack(slog.LevelWarn, "unable to evict any pods from the node", "why", "owned by a DaemonSet: 2")
+	got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{"level=INFO", "level=DEBUG", "level=WARN"}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(got), len(want), buf.String())
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("line %d = %q, want %s (same reason with other elapsed times is not a change)", i, got[i], want[i])
+		}
+	}
+}
+
+func TestExcludedSummaryCountsByReasonInOrder(t *testing.T) {
+	ex := []policy.ExcludedPod{{Reason: "owned by a DaemonSet"}, {Reason: "evictiond's own pod"}, {Reason: "owned by a DaemonSet"}}
+	if got, want := excludedSummary(ex), "owned by a DaemonSet: 2; evictiond's own pod: 1"; got != want {
+		t.Errorf("excludedSummary = %q, want %q", got, want)
+	}
+	if got := excludedSummary(nil); got != "no pods on the node" {
+		t.Errorf("excludedSummary(nil) = %q", got)
 	}
 }

@@ -383,6 +383,14 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 	}
 	if e.opts.Escalation.AfterBlocked == EscalateDelete {
 		c := refused[0]
+		// The delete is a disruption like an eviction: it takes a token too.
+		reservation := e.limiter.ReserveN(now, 1)
+		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
+			reservation.CancelAt(now)
+			res.Outcome = OutcomeRateLimited
+			log.Info("escalation delete held back by the token bucket", append(podAttrs(c), "perMinute", e.opts.RateLimit.PerMinute)...)
+			return res
+		}
 		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
 			"Hard %s pressure: %d candidates refused by PodDisruptionBudgets; deleting pod %s/%s without its budget",
 			c.Signal, len(refused), c.Pod.Namespace, c.Pod.Name)
@@ -397,6 +405,13 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) Result {
 			e.recordEvicted(c, " Its PodDisruptionBudget was overridden: the node was under hard pressure and no other candidate could be evicted.")
 			log.Warn("deleted pod despite its PodDisruptionBudget", podAttrs(c)...)
 			return e.afterEviction(ctx, c, OutcomeDeleted, res)
+		}
+		reservation.CancelAt(now)
+		if outcome == OutcomeGone {
+			// It went away by itself (or was replaced) since it was ranked: re-measure.
+			res.Outcome, res.Err = outcome, err
+			log.Info("escalation delete found the pod gone", append(podAttrs(c), "err", err)...)
+			return res
 		}
 		if outcome == OutcomeAPIError && e.localStopDue(ctx, err) {
 			return e.stopLocally(ctx, c, res)

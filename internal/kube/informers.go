@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -37,11 +38,13 @@ func NewNodeInformers(client kubernetes.Interface, nodeName string, resync time.
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-		}))
+		}),
+		informers.WithTransform(stripManagedFields))
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
-		}))
+		}),
+		informers.WithTransform(stripManagedFields))
 	pods := podFactory.Core().V1().Pods()
 	nodes := nodeFactory.Core().V1().Nodes()
 	return &NodeInformers{
@@ -52,6 +55,15 @@ func NewNodeInformers(client kubernetes.Interface, nodeName string, resync time.
 		nodeInformer: nodes.Informer(),
 		factories:    []informers.SharedInformerFactory{podFactory, nodeFactory},
 	}, nil
+}
+
+// stripManagedFields drops metadata.managedFields before an object enters the cache:
+// evictiond never reads them, and they are often the largest part of a pod or node.
+func stripManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // AddNodeHandler registers a handler for changes of the node object; call before Start.

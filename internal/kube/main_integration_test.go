@@ -121,6 +121,12 @@ func newTestNode(t testing.TB) *testNode {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
+	// The ServiceAccount admission plugin refuses pods until the controller manager has
+	// created the namespace's default ServiceAccount.
+	waitFor(t, 30*time.Second, "default ServiceAccount in "+n.namespace, func() (bool, error) {
+		_, err := env.Client.CoreV1().ServiceAccounts(n.namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
 	agentPod := createPod(t, agentNamespace, "evictiond-"+n.name, n.name, nil, func(p *corev1.Pod) {
 		p.Spec.ServiceAccountName = agentServiceAccount
 	})

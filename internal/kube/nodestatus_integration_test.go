@@ -190,3 +190,40 @@ func TestQuietHourMakesNoAPIWrites(t *testing.T) {
 		return count >= 2, nil // condition patch + taint patch
 	})
 }
+
+// TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints gives the writer a stale
+// node, as a lagging cache would, after another writer added a taint: the
+// resourceVersion-guarded update conflicts, re-reads and keeps the other writer's taint.
+func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
+	n := newTestNode(t)
+	ctx := context.Background()
+	stale := getNode(t, n.name)
+	fresh := stale.DeepCopy()
+	fresh.Spec.Taints = append(fresh.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
+	defer stop()
+	inf, err := NewNodeInformers(n.agent, n.name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := NewNodeStatus(n.agent, inf, recorder, NodeStatusOptions{NodeName: n.name, DisableConditions: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status.node = staticNode{stale}
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure})
+	if err := status.Sync(ctx); err != nil {
+		t.Fatalf("sync with a stale node: %v", err)
+	}
+	node := getNode(t, n.name)
+	if !hasTaint(node, TaintKeyDiskPressure, corev1.TaintEffectNoSchedule) || !hasTaint(node, "example.com/maintenance", corev1.TaintEffectNoSchedule) {
+		t.Fatalf("taints = %v; want evictiond's disk-pressure taint and the concurrent maintenance taint", node.Spec.Taints)
+	}
+	if s, _ := conditionOf(node, corev1.NodeDiskPressure); s != "" {
+		t.Fatalf("DisableConditions: DiskPressure condition written (%s)", s)
+	}
+}

@@ -5,6 +5,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
@@ -114,6 +117,16 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 		t.Errorf("evicting another node's pod was refused (%v): docs/rbac.md says the API cannot scope it; update the docs", err)
 	}
 
+	// The agent's identity without a node binding (here: impersonated, no extra at all)
+	// may write nothing.
+	impersonated := rest.CopyConfig(env.Config)
+	impersonated.Impersonate = rest.ImpersonationConfig{UserName: agentUsername}
+	mustDeny("taint its node without a node-bound token", func() error {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"taints": getNode(t, own.name).Spec.Taints}})
+		_, err := kubernetes.NewForConfigOrDie(impersonated).CoreV1().Nodes().Patch(ctx, own.name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}(), "token bound to its pod on a node")
+
 	mustAllow("list pods of its node", func() error {
 		_, err := agent.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + own.name})
 		return err
@@ -142,6 +155,12 @@ func TestNodeInformersHoldOnlyThisNodesObjects(t *testing.T) {
 		if p.Spec.NodeName != own.name {
 			t.Errorf("pod cache holds %s/%s of node %s", p.Namespace, p.Name, p.Spec.NodeName)
 		}
+		if len(p.ManagedFields) != 0 {
+			t.Errorf("cached pod %s/%s keeps %d managedFields entries", p.Namespace, p.Name, len(p.ManagedFields))
+		}
+	}
+	if len(mine.ManagedFields) == 0 {
+		t.Fatal("test premise: the API server's pod has managedFields")
 	}
 	nodes, err := inf.Node.List(labels.Everything())
 	if err != nil {
@@ -149,5 +168,38 @@ func TestNodeInformersHoldOnlyThisNodesObjects(t *testing.T) {
 	}
 	if len(nodes) != 1 || nodes[0].Name != own.name {
 		t.Fatalf("node cache = %d nodes, want only %s", len(nodes), own.name)
+	}
+
+	// Every list and watch the agent made of pods or nodes was scoped by a field
+	// selector: its API load does not grow with the cluster.
+	data, err := os.ReadFile(env.AuditLogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var ev struct {
+			Verb       string `json:"verb"`
+			RequestURI string `json:"requestURI"`
+			User       struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource string `json:"resource"`
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.User.Username != agentUsername {
+			continue
+		}
+		if (ev.Verb != "list" && ev.Verb != "watch") || (ev.ObjectRef.Resource != "pods" && ev.ObjectRef.Resource != "nodes") {
+			continue
+		}
+		if !strings.Contains(ev.RequestURI, "fieldSelector=") {
+			t.Errorf("unscoped %s by the agent: %s", ev.Verb, ev.RequestURI)
+		}
+		scoped++
+	}
+	if scoped == 0 {
+		t.Fatal("no list or watch by the agent in the audit log: the check above proves nothing")
 	}
 }

@@ -50,7 +50,7 @@ func New() *Metrics {
 		NodeCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "node_condition",
 			Help: "1 while evictiond reports a node pressure condition (transition period included)."}, []string{"condition"}),
 		Evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "evictions_total",
-			Help: "Pod eviction attempts by signal and result (evicted, deleted, pdb_blocked, not_found, conflict, error, dry_run, cri_stopped, rate_limited)."}, []string{"signal", "result"}),
+			Help: "Pod eviction attempts by signal and result (evicted, deleted, dry_run, pdb_blocked, gone, throttled, rate_limited, cooling_down, api_error, stopped_locally, no_candidates)."}, []string{"signal", "result"}),
 		ReclaimBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reclaim_bytes_total",
 			Help: "Bytes freed by node-level reclaim, measured by statfs before and after, by step."}, []string{"step"}),
 		ReclaimRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reclaim_runs_total",

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 )
 
 // unlimitedMemory is the kubelet's isMemoryUnlimited cut-off: a limit at or
@@ -18,9 +20,11 @@ const unlimitedMemory = int64(1) << 62
 // readInt64File reads a cgroupfs or procfs file holding one integer. "max"
 // (cgroup v2's "no limit") reads as math.MaxInt64.
 func readInt64File(path string) (int64, error) {
-	raw, err := os.ReadFile(path)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	raw, err := readSmallFile(path, *buf)
 	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
+		return 0, err
 	}
 	s := bytes.TrimSpace(raw)
 	if string(s) == "max" {
@@ -40,9 +44,11 @@ func readInt64File(path string) (int64, error) {
 // readStatKeys reads "key value" lines (memory.stat) and fills the values of
 // the wanted keys; a wanted key that is absent is an error naming it.
 func readStatKeys(path string, wanted map[string]*int64) error {
-	raw, err := os.ReadFile(path)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	raw, err := readSmallFile(path, *buf)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
+		return err
 	}
 	for _, dst := range wanted {
 		*dst = -1 // memory.stat values are never negative: -1 marks "not seen"
@@ -154,34 +160,108 @@ func (l *cgroupLayout) processDir(cgroupPath string) string {
 // lists them) in a cgroup and all its descendants: cAdvisor's ProcessCount,
 // which the kubelet ranks PID pressure by.
 func (l *cgroupLayout) countProcesses(cgroupPath string) (int64, error) {
-	root := l.processDir(cgroupPath)
-	var count int64
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// A child cgroup removed while walking is not an error.
-			if errors.Is(err, fs.ErrNotExist) && p != root {
-				return fs.SkipDir
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		raw, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p != root {
-				return fs.SkipDir
-			}
-			return fmt.Errorf("reading %s: %w", filepath.Join(p, "cgroup.procs"), err)
-		}
-		count += int64(bytes.Count(raw, []byte{'\n'}))
-		if n := len(raw); n > 0 && raw[n-1] != '\n' {
-			count++
-		}
-		return nil
-	})
+	buf := getBuffer()
+	defer putBuffer(buf)
+	n, err := countProcessesIn(l.processDir(cgroupPath), true, *buf)
 	if err != nil {
 		return 0, fmt.Errorf("counting processes of cgroup %s: %w", cgroupPath, err)
 	}
-	return count, nil
+	return n, nil
 }
+
+// countProcessesIn walks a cgroup directory by hand: filepath.WalkDir's lstat
+// and sorting were half the cost of reading 100 pods.
+func countProcessesIn(dir string, isRoot bool, buf []byte) (int64, error) {
+	procs := filepath.Join(dir, "cgroup.procs")
+	n, err := countLines(procs, buf)
+	if err != nil {
+		if !isRoot && errors.Is(err, fs.ErrNotExist) {
+			return 0, nil // a child cgroup removed while walking
+		}
+		return 0, fmt.Errorf("reading %s: %w", procs, err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		if !isRoot && errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	entries, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return 0, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		c, err := countProcessesIn(filepath.Join(dir, e.Name()), false, buf)
+		if err != nil {
+			return 0, err
+		}
+		n += c
+	}
+	return n, nil
+}
+
+// countLines counts the lines of a file without holding all of it.
+func countLines(path string, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	last := byte('\n')
+	for {
+		k, err := f.Read(buf)
+		if k > 0 {
+			n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+			last = buf[k-1]
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if last != '\n' {
+		n++
+	}
+	return n, nil
+}
+
+// readSmallFile reads a cgroupfs or procfs file into buf (no fstat, no
+// allocation); a file larger than buf is an error, not a truncated read.
+func readSmallFile(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	n := 0
+	for {
+		if n == len(buf) {
+			return nil, fmt.Errorf("reading %s: larger than %d bytes", path, len(buf))
+		}
+		k, err := f.Read(buf[n:])
+		n += k
+		if err == io.EOF {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if k == 0 {
+			return buf[:n], nil
+		}
+	}
+}
+
+// 64 KiB holds any memory.stat (cgroup v2's is about 1.5 KiB, v1's 1 KiB).
+var buffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+func getBuffer() *[]byte  { return buffers.Get().(*[]byte) }
+func putBuffer(b *[]byte) { buffers.Put(b) }

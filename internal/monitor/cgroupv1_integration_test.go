@@ -480,3 +480,49 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestCgroupV1SystemdDriverLayout lays pods out as the kubelet's systemd
+// driver names them (slices, escaped UIDs, cri-containerd scopes) on this
+// machine's real cgroup v1 hierarchy, under a private cgroup root slice.
+func TestCgroupV1SystemdDriverLayout(t *testing.T) {
+	requireCgroupV1(t)
+	tree := &testCgroupTree{t: t, root: fmt.Sprintf("/evictiondtest%d.slice", os.Getpid())}
+	t.Cleanup(tree.remove)
+	prefix := strings.TrimSuffix(strings.TrimPrefix(tree.root, "/"), ".slice")
+	kubepods := tree.root + "/" + prefix + "-kubepods.slice"
+	burstable := kubepods + "/" + prefix + "-kubepods-burstable.slice"
+	uid := types.UID("abcdef01-2345-4678-9abc-def012345678")
+	pod := burstable + "/" + prefix + "-kubepods-burstable-podabcdef01_2345_4678_9abc_def012345678.slice"
+	ctr := pod + "/cri-containerd-" + strings.Repeat("ab", 32) + ".scope"
+	for _, cg := range []string{tree.root, kubepods, burstable, pod, ctr} {
+		tree.mkdir(t, cg)
+	}
+	tree.start(t, ctr, 48)
+	tree.start(t, ctr, 0)
+
+	cfg := tree.monitorConfig(t)
+	cfg.CgroupDriver = CgroupDriverSystemd
+	cfg.CgroupRoot = tree.root
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.CgroupInfo().Kubepods != kubepods {
+		t.Fatalf("kubepods %q, want %q", m.CgroupInfo().Kubepods, kubepods)
+	}
+	found, err := m.DiscoverPods()
+	if err != nil || len(found) != 1 || found[0].UID != uid || found[0].QOSClass != string(v1.PodQOSBurstable) {
+		t.Fatalf("discovered %+v, %v; want the one burstable pod %s", found, err, uid)
+	}
+	s := m.Observe(context.Background(), found)
+	ps := s.Pods[uid]
+	if s.PodCgroups[uid].Path != pod {
+		t.Errorf("pod cgroup %q, want %q", s.PodCgroups[uid].Path, pod)
+	}
+	if ws := orMinusOne(ps.MemoryWorkingSet); ws < 48*mib || ws > 48*mib+2*12*mib {
+		t.Errorf("pod working set %d MiB, want 48 MiB + runtime", ws/mib)
+	}
+	if orMinusOne(ps.Processes) != 2 {
+		t.Errorf("pod processes %v, want 2", deref(ps.Processes))
+	}
+}

@@ -410,3 +410,20 @@ func TestFixtureStaticPodIsReadUnderItsRuntimeUID(t *testing.T) {
 		t.Errorf("static pod stats %+v (errors: %s), want its cgroup's 100 MiB under the API UID", ps, s.PodErrors[mirror.UID])
 	}
 }
+
+func TestFixturePodDiskOnlyLeavesMemoryUnmeasured(t *testing.T) {
+	m := fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, nil)
+	s := m.ObserveNode(context.Background())
+	m.ObservePodDisk(context.Background(), s, fixturePods)
+	ps := s.Pods[podBurstable]
+	if ps.MemoryWorkingSet != nil || ps.Processes != nil {
+		t.Errorf("disk-only read measured memory %v / processes %v", deref(ps.MemoryWorkingSet), deref(ps.Processes))
+	}
+	if v, ok := ps.Volumes["cache"]; !ok || v.UsedBytes == nil {
+		t.Errorf("disk-only read lacks the emptyDir volume: %+v", ps.Volumes)
+	}
+	m.ObservePods(context.Background(), s, fixturePods)
+	if orMinusOne(s.Pods[podBurstable].MemoryWorkingSet) != 240<<20 {
+		t.Errorf("working set after ObservePods %v", deref(s.Pods[podBurstable].MemoryWorkingSet))
+	}
+}

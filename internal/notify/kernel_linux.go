@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -13,12 +15,18 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// kernelNotifiers is the state of the armed notifiers. It is owned by the
-// goroutine running runKernel: no locks.
+// kernelNotifiers is the state of the armed notifiers. Two goroutines use
+// it: the arming one (runKernel: arm, re-arm, retry) and the reactor's
+// serving one (event handlers). mu guards everything below it; lock order is
+// kernelNotifiers.mu, then Manager.mu. The slow kernel calls of arming
+// (registering a memcg threshold waits for an RCU grace period) run without
+// mu, so they never delay an event.
 type kernelNotifiers struct {
-	m     *Manager
-	r     *reactor
-	mode  CgroupMode
+	m    *Manager
+	r    *reactor
+	mode CgroupMode
+
+	mu    sync.Mutex
 	memcg map[string]*memcgArm // by Threshold.name()
 	psi   map[string]*psiArm   // by pressure file path
 	// psiArmedWith: the trigger settings of the armed PSI triggers.
@@ -30,6 +38,9 @@ type kernelNotifiers struct {
 // RearmInterval (and on request) until ctx is done.
 func (m *Manager) runKernel(ctx context.Context) {
 	mode := m.resolveMode()
+	m.mu.Lock()
+	m.mode = mode
+	m.mu.Unlock()
 	r, err := newReactor()
 	if err != nil {
 		// Without epoll no notifier can run: every one falls back.
@@ -39,22 +50,8 @@ func (m *Manager) runKernel(ctx context.Context) {
 		return
 	}
 	defer r.close()
-	m.mu.Lock()
-	m.mode = mode
-	m.kick = r.kick
-	m.mu.Unlock()
-	defer func() {
-		// Before the reactor's fds close: a later Rearm must not write to a
-		// closed (and maybe reused) fd number.
-		m.mu.Lock()
-		m.kick = func() {}
-		m.mu.Unlock()
-	}()
-	stop := context.AfterFunc(ctx, r.kick)
-	defer stop()
 
 	k := &kernelNotifiers{m: m, r: r, mode: mode, memcg: map[string]*memcgArm{}, psi: map[string]*psiArm{}}
-	defer k.closeAll()
 	s := m.current()
 	m.log.Info("arming kernel notifiers", "cgroupMode", mode, "cgroupRoot", m.opts.CgroupRoot,
 		"kubepods", m.opts.KubepodsCgroup, "memcgThresholds", s.MemcgThresholds,
@@ -62,23 +59,33 @@ func (m *Manager) runKernel(ctx context.Context) {
 	k.armAll()
 	m.markArmed()
 
-	next := time.Now().Add(m.opts.RearmInterval)
-	for ctx.Err() == nil {
-		if err := r.wait(time.Until(next)); err != nil {
+	var stopping atomic.Bool
+	served := make(chan error, 1)
+	go func() { served <- r.serve(stopping.Load) }()
+	defer func() {
+		stopping.Store(true)
+		r.kick()
+		<-served
+		k.closeAll()
+	}()
+
+	ticker := time.NewTicker(m.opts.RearmInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.rearmRequests:
+			k.armAll()
+		case <-ticker.C:
+			k.armAll()
+		case err := <-served:
 			// epoll itself broke: nothing the kernel says can reach us any more.
+			served <- nil // for the deferred shutdown
+			k.closeAll()
 			m.fallBackAll(mode, ReasonFailed, err)
 			<-ctx.Done()
 			return
-		}
-		rearm := false
-		select {
-		case <-m.rearmRequests:
-			rearm = true
-		default:
-		}
-		if rearm || !time.Now().Before(next) {
-			k.armAll()
-			next = time.Now().Add(m.opts.RearmInterval)
 		}
 	}
 }
@@ -94,6 +101,8 @@ func (k *kernelNotifiers) armAll() {
 }
 
 func (k *kernelNotifiers) closeAll() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	for name, a := range k.memcg {
 		k.disarmMemcg(a)
 		delete(k.memcg, name)
@@ -102,9 +111,7 @@ func (k *kernelNotifiers) closeAll() {
 		k.disarmPSI(a)
 		delete(k.psi, p)
 	}
-	if k.event != nil {
-		k.disarmMemoryEvents()
-	}
+	k.disarmMemoryEvents()
 }
 
 // resolveMode returns the configured mode, or detects it: cgroup2 mounted at

@@ -29,8 +29,6 @@ type Manager struct {
 	rearmRequests chan struct{}
 	// pollWanted nudges the idle poll to re-check whether it is needed.
 	pollWanted chan struct{}
-	// kick wakes the platform's kernel loop (set by runKernel).
-	kick func()
 
 	armedOnce sync.Once
 	firstArm  chan struct{}
@@ -77,14 +75,13 @@ func New(opts Options, w *Waker) (*Manager, error) {
 	return &Manager{
 		opts:          opts,
 		waker:         w,
-		log:           opts.Logger.With("component", "notify"),
+		log:           opts.Logger, // the daemon names the component (run.go: log.With("component", "notify"))
 		metrics:       opts.Metrics,
 		dyn:           settingsOf(opts),
 		mode:          opts.Mode,
 		notifiers:     map[notifierKey]*NotifierStatus{},
 		rearmRequests: make(chan struct{}, 1),
 		pollWanted:    make(chan struct{}, 1),
-		kick:          func() {},
 		firstArm:      make(chan struct{}),
 	}, nil
 }
@@ -116,9 +113,6 @@ func (m *Manager) Rearm() {
 	case m.rearmRequests <- struct{}{}:
 	default:
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.kick() // under the lock: runKernel swaps it out before closing its fds
 }
 
 // SetThresholds replaces the watched thresholds (configuration reload) and

@@ -17,12 +17,15 @@ import (
 type memoryEventsWatch struct {
 	path     string
 	fd       int
-	counters map[string]int64
+	id       int32            // reactor registration
+	counters map[string]int64 // guarded by kernelNotifiers.mu
 }
 
 func (k *kernelNotifiers) armMemoryEvents(s settings) {
 	m := k.m
 	path := m.memoryEventsPath()
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	switch {
 	case !s.MemoryEvents:
 		k.disarmMemoryEvents()
@@ -39,11 +42,13 @@ func (k *kernelNotifiers) armMemoryEvents(s settings) {
 		m.fallBack(SourceMemoryEvents, path, reasonFor(err), err)
 		return
 	}
-	if err := k.r.add(w.fd, unix.EPOLLIN, func(events uint32) { k.onMemoryEvents(events) }); err != nil {
+	id, err := k.r.add(w.fd, unix.EPOLLIN, func(events uint32) { k.onMemoryEvents(w, events) })
+	if err != nil {
 		unix.Close(w.fd)
 		m.fallBack(SourceMemoryEvents, path, ReasonArmFailed, err)
 		return
 	}
+	w.id = id
 	k.event = w
 	m.log.Info("memory.events watch armed", "file", path, "counters", w.counters)
 	m.setArmed(NotifierStatus{Source: SourceMemoryEvents, Target: path, Detail: "inotify IN_MODIFY; wakes on high, max, oom, oom_kill"})
@@ -65,10 +70,12 @@ func watchMemoryEvents(path string) (*memoryEventsWatch, error) {
 	return &memoryEventsWatch{path: path, fd: fd, counters: parseFlatKeyed(data)}, nil
 }
 
-func (k *kernelNotifiers) onMemoryEvents(events uint32) {
-	w := k.event
-	if w == nil {
-		return
+// onMemoryEvents runs on the reactor goroutine.
+func (k *kernelNotifiers) onMemoryEvents(w *memoryEventsWatch, events uint32) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.event != w {
+		return // disarmed meanwhile
 	}
 	ignored, err := drainInotify(w.fd)
 	if err == nil && ignored {
@@ -98,11 +105,12 @@ func (k *kernelNotifiers) onMemoryEvents(events uint32) {
 	}
 }
 
+// disarmMemoryEvents is called with k.mu held.
 func (k *kernelNotifiers) disarmMemoryEvents() {
 	if k.event == nil {
 		return
 	}
-	k.r.remove(k.event.fd)
+	k.r.remove(k.event.fd, k.event.id)
 	unix.Close(k.event.fd)
 	k.event = nil
 }

@@ -16,6 +16,8 @@ type psiArm struct {
 	path          string
 	fd            int
 	stall, window time.Duration
+	id            int32 // reactor registration
+	closed        bool  // guarded by kernelNotifiers.mu
 }
 
 // psiTargets lists the pressure files to arm: the node's, and the kubepods
@@ -33,6 +35,8 @@ func (k *kernelNotifiers) psiTargets() (required []string, optional []string) {
 func (k *kernelNotifiers) armPSI(s settings) {
 	m := k.m
 	required, optional := k.psiTargets()
+	k.mu.Lock()
+	defer k.mu.Unlock() // writing a trigger is quick; events wait at most that long
 	if s.PSI != k.psiArmedWith {
 		// A reload changed the trigger: replace every armed one.
 		for p, a := range k.psi {
@@ -80,23 +84,33 @@ func (k *kernelNotifiers) armPSITarget(opts PSIOptions, path string, required bo
 			"window", window, "stall", stall)
 	}
 	arm := &psiArm{path: path, fd: fd, stall: stall, window: window}
-	if err := k.r.add(fd, unix.EPOLLPRI, func(events uint32) { k.onPSIEvent(arm, events) }); err != nil {
+	id, err := k.r.add(fd, unix.EPOLLPRI, func(events uint32) { k.onPSIEvent(arm, events) })
+	if err != nil {
 		unix.Close(fd)
 		m.fallBack(SourcePSI, path, ReasonArmFailed, err)
 		return
 	}
+	arm.id = id
 	k.psi[path] = arm
 	m.log.Info("PSI trigger armed", "file", path, "type", opts.Type, "stall", stall, "window", window)
 	m.setArmed(NotifierStatus{Source: SourcePSI, Target: path, Stall: stall, Window: window,
 		Detail: fmt.Sprintf("%s %d %d", opts.Type, stall.Microseconds(), window.Microseconds())})
 }
 
+// onPSIEvent runs on the reactor goroutine.
 func (k *kernelNotifiers) onPSIEvent(arm *psiArm, events uint32) {
 	// The kernel reports EPOLLERR when the trigger is gone (e.g. its cgroup
 	// was removed).
 	if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if arm.closed {
+			return
+		}
 		k.disarmPSI(arm)
-		delete(k.psi, arm.path)
+		if k.psi[arm.path] == arm {
+			delete(k.psi, arm.path)
+		}
 		k.m.fallBack(SourcePSI, arm.path, ReasonFailed, fmt.Errorf("PSI trigger on %s reported error (events %#x)", arm.path, events))
 		return
 	}
@@ -105,8 +119,13 @@ func (k *kernelNotifiers) onPSIEvent(arm *psiArm, events uint32) {
 	}
 }
 
+// disarmPSI is called with k.mu held.
 func (k *kernelNotifiers) disarmPSI(arm *psiArm) {
-	k.r.remove(arm.fd)
+	if arm.closed {
+		return
+	}
+	arm.closed = true
+	k.r.remove(arm.fd, arm.id)
 	unix.Close(arm.fd) // closing the fd destroys the trigger
 }
 

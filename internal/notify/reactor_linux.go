@@ -6,21 +6,31 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
 // reactor multiplexes every kernel notifier fd on one epoll set, served by
-// one goroutine: memcg eventfds (EPOLLIN), PSI trigger fds (EPOLLPRI, which
-// Go's netpoller does not watch), and the inotify fd of memory.events. A
-// kick eventfd interrupts the wait for re-arm requests and shutdown.
+// one goroutine (serve): memcg eventfds (EPOLLIN), PSI trigger fds (EPOLLPRI,
+// which Go's netpoller does not watch), and the inotify fd of memory.events.
+//
+// Registrations may be added and removed from another goroutine (the arming
+// one) while serve waits: arming a memcg threshold blocks for tens of
+// milliseconds in the kernel (synchronize_rcu), and must not delay the
+// delivery of events. Each registration carries its own id in the epoll
+// data, so an event still queued for a closed fd never reaches a handler
+// registered later on the same fd number.
 type reactor struct {
-	epfd     int
-	kickfd   int
+	epfd   int
+	kickfd int
+
+	mu       sync.Mutex
+	nextID   int32
 	handlers map[int32]func(events uint32)
-	events   []unix.EpollEvent
 }
+
+const kickID = 0
 
 func newReactor() (*reactor, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -32,52 +42,68 @@ func newReactor() (*reactor, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	r := &reactor{epfd: epfd, kickfd: kickfd, handlers: map[int32]func(uint32){}, events: make([]unix.EpollEvent, 16)}
-	if err := r.add(kickfd, unix.EPOLLIN, func(uint32) { drainEventfd(kickfd) }); err != nil {
+	r := &reactor{epfd: epfd, kickfd: kickfd, nextID: kickID + 1, handlers: map[int32]func(uint32){}}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(kickfd), Pad: kickID}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, kickfd, &ev); err != nil {
 		r.close()
-		return nil, err
+		return nil, fmt.Errorf("epoll_ctl add kick fd: %w", err)
 	}
 	return r, nil
 }
 
-func (r *reactor) add(fd int, events uint32, handle func(events uint32)) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+// add registers fd; handle runs on the serving goroutine. It returns the id
+// to remove the registration with.
+func (r *reactor) add(fd int, events uint32, handle func(events uint32)) (int32, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.nextID
+	r.nextID++
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: id}
 	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		return fmt.Errorf("epoll_ctl add fd %d: %w", fd, err)
+		return 0, fmt.Errorf("epoll_ctl add fd %d: %w", fd, err)
 	}
-	r.handlers[int32(fd)] = handle
-	return nil
+	r.handlers[id] = handle
+	return id, nil
 }
 
-// remove unregisters fd; the caller closes it.
-func (r *reactor) remove(fd int) {
+// remove unregisters fd; the caller closes it afterwards.
+func (r *reactor) remove(fd int, id int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	_ = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, fd, nil) // fails only if already gone
-	delete(r.handlers, int32(fd))
+	delete(r.handlers, id)
 }
 
-// kick interrupts wait; safe from any goroutine.
+// kick interrupts serve's wait; safe from any goroutine.
 func (r *reactor) kick() {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	_, _ = unix.Write(r.kickfd, one[:]) // EAGAIN means a kick is already pending
 }
 
-// wait blocks up to timeout and runs the handler of each ready fd.
-func (r *reactor) wait(timeout time.Duration) error {
-	ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
-	if ms < 0 {
-		ms = 0
-	}
-	n, err := unix.EpollWait(r.epfd, r.events, ms)
-	if errors.Is(err, unix.EINTR) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("epoll_wait: %w", err)
-	}
-	for _, ev := range r.events[:n] {
-		if handle, ok := r.handlers[ev.Fd]; ok { // a handler may have removed a later fd
-			handle(ev.Events)
+// serve waits for events and runs their handlers until stopped() is true
+// after a kick. It returns an error only when epoll itself fails.
+func (r *reactor) serve(stopped func() bool) error {
+	events := make([]unix.EpollEvent, 16)
+	for !stopped() {
+		n, err := unix.EpollWait(r.epfd, events, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("epoll_wait: %w", err)
+		}
+		for _, ev := range events[:n] {
+			if ev.Pad == kickID {
+				drainEventfd(r.kickfd)
+				continue
+			}
+			r.mu.Lock()
+			handle, ok := r.handlers[ev.Pad]
+			r.mu.Unlock()
+			if ok {
+				handle(ev.Events)
+			}
 		}
 	}
 	return nil

@@ -175,8 +175,9 @@ func TestCgroupV2FixtureTree_ThresholdsArePolledWithoutMemcgEvents(t *testing.T)
 	w := NewWaker()
 	metrics := NewMetrics()
 	m := runFixtureManager(t, Options{
-		Mode: CgroupModeV2, CgroupRoot: root, KubepodsCgroup: "kubepods.slice",
+		Mode: CgroupModeV2, CgroupRoot: root, KubepodsCgroup: "kubepods.slice", ProcRoot: root,
 		MemcgThresholds: true, PollInterval: 10 * time.Millisecond, RearmInterval: MaxRearmInterval,
+		PSI:        PSIOptions{Enabled: true},
 		Thresholds: []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 100 << 20}},
 		ReadMemory: read, Metrics: metrics,
 	}, w)
@@ -185,6 +186,20 @@ func TestCgroupV2FixtureTree_ThresholdsArePolledWithoutMemcgEvents(t *testing.T)
 	}
 	if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("memcg", ReasonUnsupported)); got != 1 {
 		t.Fatalf("fallback{memcg,unsupported} = %v, want 1", got)
+	}
+	// On v2 the kubepods trigger goes on <root>/kubepods.slice/memory.pressure
+	// (absent from this fixture: not found) and the node's on
+	// <proc>/pressure/memory (absent: no PSI in this kernel).
+	for target, reason := range map[string]string{
+		filepath.Join(kubepods, "memory.pressure"): ReasonNotFound,
+		filepath.Join(root, "pressure", "memory"):  ReasonUnsupported,
+	} {
+		if st, ok := statusOf(m, SourcePSI, target); !ok || st.Mode != ModeFallback {
+			t.Errorf("PSI trigger %s: %+v, want fallback", target, st)
+		}
+		if got := testutil.ToFloat64(metrics.Fallbacks.WithLabelValues("psi", reason)); got != 1 {
+			t.Errorf("fallback{psi,%s} = %v, want 1", reason, got)
+		}
 	}
 	// available = 1Gi - (1000Mi - 20Mi) = 44Mi < 100Mi
 	if err := os.WriteFile(filepath.Join(kubepods, "memory.current"), []byte("1048576000\n"), 0o644); err != nil {

@@ -163,7 +163,7 @@ const (
 func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldErrors) {
 	jsonData, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, FieldErrors{{Field: "(document)", Value: firstLine(err.Error()), Rule: "must be valid YAML without duplicate keys"}}
+		return nil, FieldErrors{{Field: "(document)", Value: YAMLErrorText(err), Rule: "must be valid YAML without duplicate keys"}}
 	}
 	var cfg EvictionConfiguration
 	if string(jsonData) == "null" {
@@ -171,11 +171,11 @@ func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldError
 	}
 	strictErrs, err := kjson.UnmarshalStrict(jsonData, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, FieldErrors{decodeError(err)}
+		return nil, FieldErrors{decodeError(err, jsonData)}
 	}
 	var errs FieldErrors
 	for _, se := range strictErrs {
-		errs = append(errs, strictError(se))
+		errs = append(errs, strictError(se, jsonData))
 	}
 	if requireHeader || cfg.APIVersion != "" || cfg.Kind != "" {
 		if cfg.APIVersion != APIVersion {
@@ -205,29 +205,79 @@ func firstLine(s string) string {
 	return s
 }
 
+// YAMLErrorText is a YAML parser error on one line. yaml.v2 puts the useful
+// part ("line 4: key \"x\" already set in map") after a "yaml: unmarshal
+// errors:" header line, so keeping only the first line would lose it.
+func YAMLErrorText(err error) string {
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "yaml: unmarshal errors:" {
+			continue
+		}
+		parts = append(parts, strings.TrimPrefix(line, "yaml: "))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // strictError turns sigs.k8s.io/json's strict errors ("unknown field
-// \"a.b\"", "duplicate field \"a\"") into field errors.
-func strictError(err error) FieldError {
+// \"a.b\"", "duplicate field \"a\"") into field errors, with the value
+// found at the field when it can be located.
+func strictError(err error, doc []byte) FieldError {
 	msg := err.Error()
 	for _, kind := range []string{"unknown field", "duplicate field"} {
 		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
-			return FieldError{Field: strings.Trim(rest, `"`), Value: strings.Trim(rest, `"`), Rule: kind + ": not part of " + Kind}
+			field := strings.Trim(rest, `"`)
+			value, found := jsonAt(doc, field)
+			if !found {
+				value = field
+			}
+			return FieldError{Field: field, Value: value, Rule: kind + ": not part of " + Kind}
 		}
 	}
 	return FieldError{Field: "(document)", Value: msg, Rule: "must match the " + Kind + " schema"}
 }
 
-// decodeError turns a JSON type error into a field error.
-func decodeError(err error) FieldError {
+// decodeError turns a JSON type error into a field error naming the value
+// found at the field (the error itself only knows its JSON type).
+func decodeError(err error, doc []byte) FieldError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return FieldError{Field: te.Field, Value: te.Value, Rule: "must be of type " + typeName(te.Type.String())}
+		field, value := te.Field, te.Value
+		if raw, ok := jsonAt(doc, te.Field); ok {
+			value = raw
+		}
+		if field == "" { // the document itself is not a mapping
+			field, value = "(document)", string(doc)
+		}
+		return FieldError{Field: field, Value: value, Rule: "must be of type " + typeName(te.Type.String())}
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return FieldError{Field: "(document)", Value: se.Error(), Rule: "must be valid YAML"}
 	}
 	return FieldError{Field: "(document)", Value: firstLine(err.Error()), Rule: "must match the " + Kind + " schema"}
+}
+
+// jsonAt returns the JSON text at a dotted field path of doc ("a.b.c"), as
+// encoding/json names fields in its errors.
+func jsonAt(doc []byte, path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	cur := json.RawMessage(doc)
+	for _, name := range strings.Split(path, ".") {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(cur, &obj); err != nil {
+			return "", false
+		}
+		next, ok := obj[name]
+		if !ok {
+			return "", false
+		}
+		cur = next
+	}
+	return string(cur), true
 }
 
 func typeName(t string) string {
@@ -385,6 +435,9 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 			if isSoft {
 				gp, ok := graces[sig]
 				if !ok {
+					if _, given := grace[k]; given {
+						continue // its grace period is malformed, already reported
+					}
 					c.fail(field, k, m[k], "grace period must be specified for the soft eviction threshold in evictionSoftGracePeriod")
 					continue
 				}
@@ -506,7 +559,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	if x.PodSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(x.PodSelector)
 		if err != nil {
-			c.fail("exclusions.podSelector", "", fmt.Sprint(x.PodSelector), "must be a valid label selector: "+err.Error())
+			c.fail("exclusions.podSelector", "", string(mustJSON(x.PodSelector)), "must be a valid label selector: "+err.Error())
 		} else {
 			cfg.Exclusions.PodSelector = sel
 		}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -161,7 +162,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 
 	e.firstObservedAt = firstObserved
 	e.thresholdsMet = graceMet
-	e.lastObservations = in.Observations
+	e.lastObservations = maps.Clone(in.Observations) // the caller may reuse its map
 
 	for _, t := range met {
 		o := in.Observations[t.Signal]
@@ -269,7 +270,10 @@ func (e *Engine) Select(a *Assessment, obs Observations, max int) Selection {
 
 // gracePeriod: hard thresholds 1 s; soft ones evictionMaxPodGracePeriod, or
 // min(evictionMaxPodGracePeriod, terminationGracePeriodSeconds) when the pod
-// sets one.
+// sets one — but never below 1 s. The kubelet passes 0 to its own pod
+// workers, where it means "at once"; in the Eviction API's DeleteOptions 0
+// means a forced deletion that removes the pod object without waiting for
+// the kubelet, so a soft eviction would be harsher than a hard one.
 func (e *Engine) gracePeriod(t Threshold, pod *v1.Pod) int64 {
 	if t.Hard() {
 		return ImmediateEvictionGracePeriodSeconds
@@ -278,7 +282,7 @@ func (e *Engine) gracePeriod(t Threshold, pod *v1.Pod) int64 {
 	if tgps := pod.Spec.TerminationGracePeriodSeconds; tgps != nil && *tgps < g {
 		g = *tgps
 	}
-	return g
+	return max(g, ImmediateEvictionGracePeriodSeconds)
 }
 
 func expectedReclaim(p *podInfo, s Signal) int64 {
@@ -336,9 +340,9 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 			p.goneAt = now
 		}
 		if !p.goneAt.IsZero() {
-			o, ok := in.Observations[p.signal]
-			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= psiWindow(p.signal)
-			if settled || isLocalStorageSignal(p.signal) {
+			o, ok := in.Observations[settleSignal(p.signal)]
+			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= e.settleWindow(p.signal)
+			if settled || isLocalStorageSignal(p.signal) && !ok {
 				continue
 			}
 		}
@@ -349,6 +353,29 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 
 func isLocalStorageSignal(s Signal) bool {
 	return s == SignalEmptyDirLimit || s == SignalPodEphemeralLimit || s == SignalContainerEphemeralLimit
+}
+
+// settleSignal is the signal whose newer observation shows an eviction's
+// effect: the signal itself, or for local-storage limit evictions nodefs,
+// where emptyDirs and logs live in every layout.
+func settleSignal(s Signal) Signal {
+	if isLocalStorageSignal(s) {
+		return SignalNodeFsAvailable
+	}
+	return s
+}
+
+// settleWindow is how long after a pod evicted for s left its effect may
+// still be missing from some signal's readings: for memory evictions, the
+// longest window of the PSI thresholds in force (PSI averages lag).
+func (e *Engine) settleWindow(s Signal) time.Duration {
+	var w time.Duration
+	if s.IsMemory() {
+		for _, t := range e.cfg.Thresholds {
+			w = max(w, psiWindow(t.Signal))
+		}
+	}
+	return w
 }
 
 // psiWindow is how long a PSI average takes to reflect a change.
@@ -370,25 +397,34 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 	var credit int64
 	var creditFrom []string
 	for _, p := range e.pending {
-		if isLocalStorageSignal(p.signal) {
-			continue
-		}
 		if p.goneAt.IsZero() && now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
 			return fmt.Sprintf("waiting for %s to terminate (evicted %v ago for %s, up to loop.podCleanupTimeout %v)",
 				p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)
 		}
-		if p.signal.IsPSI() || t.Signal.IsPSI() {
-			if p.signal.IsPSI() && t.Signal.IsPSI() {
-				return fmt.Sprintf("waiting for %s's pressure average to settle after %s left", t.Signal, p.key)
+		if t.Signal.IsPSI() {
+			// Whatever memory signal the pod was evicted for, the average
+			// reflects its departure only after the window.
+			if p.signal.IsMemory() && !p.goneAt.IsZero() && now.Sub(p.goneAt) < psiWindow(t.Signal) {
+				return fmt.Sprintf("waiting for %s's pressure average to settle after %s left (%v ago, window %v)",
+					t.Signal, p.key, now.Sub(p.goneAt).Round(time.Millisecond), psiWindow(t.Signal))
 			}
 			continue
+		}
+		if p.signal.IsPSI() {
+			continue // memory.available readings are fresh; the PSI victim's usage is credited nowhere
 		}
 		if !sameReclaim(p.signal, t.Signal) {
 			continue
 		}
-		// The pod is gone (or past the timeout and terminating): stats from
-		// before its departure still count its usage, so credit it.
-		if o, ok := obs[t.Signal]; ok && (p.goneAt.IsZero() || !o.Time.After(p.goneAt)) {
+		// A pod still there past the cleanup timeout has freed nothing and
+		// may never do so (stuck terminating): no credit, or the timeout
+		// would not bound anything.
+		if p.goneAt.IsZero() {
+			continue
+		}
+		// The pod is gone: stats from before its departure still count its
+		// usage, so credit it.
+		if o, ok := obs[t.Signal]; ok && !o.Time.After(p.goneAt) {
 			credit += p.expected
 			creditFrom = append(creditFrom, p.key)
 		}
@@ -407,10 +443,14 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 }
 
 // sameReclaim: evicting for signal a frees what signal b measures (the same
-// signal, or the two memory.available signals).
+// signal, the two memory.available signals, or a local-storage limit
+// eviction and a disk space signal).
 func sameReclaim(a, b Signal) bool {
 	if a == b {
 		return true
+	}
+	if isLocalStorageSignal(a) {
+		return b.Resource() == ResourceEphemeralStorage
 	}
 	mem := func(s Signal) bool { return s == SignalMemoryAvailable || s == SignalAllocatableMemoryAvailable }
 	return mem(a) && mem(b)

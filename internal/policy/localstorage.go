@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
@@ -32,8 +33,7 @@ func localStorageViolation(pod *v1.Pod, st PodStats, layout FilesystemLayout) (S
 			return SignalEmptyDirLimit, fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", vol.Name, ed.SizeLimit.String()), *vs.UsedBytes, true
 		}
 	}
-	limits := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
-	if limit, ok := limits[v1.ResourceEphemeralStorage]; ok {
+	if limit, ok := podEphemeralStorageLimit(pod); ok {
 		used, known := podEphemeralUsage(pod, st)
 		if known && used > limit.Value() {
 			return SignalPodEphemeralLimit, fmt.Sprintf("Pod ephemeral local storage usage exceeds the total limit of containers %s. ", limit.String()), used, true
@@ -41,8 +41,8 @@ func localStorageViolation(pod *v1.Pod, st PodStats, layout FilesystemLayout) (S
 	}
 	for _, c := range pod.Spec.Containers {
 		limit, ok := c.Resources.Limits[v1.ResourceEphemeralStorage]
-		if !ok {
-			continue
+		if !ok || limit.IsZero() {
+			continue // the kubelet reads a zero limit as no limit
 		}
 		cs, ok := st.Containers[c.Name]
 		if !ok {
@@ -60,6 +60,26 @@ func localStorageViolation(pod *v1.Pod, st PodStats, layout FilesystemLayout) (S
 	return "", "", 0, false
 }
 
+// podEphemeralStorageLimit is the pod's ephemeral-storage limit as
+// resourcehelper.PodLimits computes it. Only containers can set one (it is
+// not a pod-level resource), so pods without any skip PodLimits, which
+// builds every resource list and runs for every pod on every pass.
+func podEphemeralStorageLimit(pod *v1.Pod) (resource.Quantity, bool) {
+	has := func(cs []v1.Container) bool {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Limits[v1.ResourceEphemeralStorage]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(pod.Spec.Containers) && !has(pod.Spec.InitContainers) {
+		return resource.Quantity{}, false
+	}
+	limit, ok := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})[v1.ResourceEphemeralStorage]
+	return limit, ok
+}
+
 // podEphemeralUsage is the pod's total local ephemeral storage use: the
 // reported total, or writable layers + logs + local ephemeral volumes.
 func podEphemeralUsage(pod *v1.Pod, st PodStats) (int64, bool) {
@@ -75,10 +95,7 @@ func podEphemeralUsage(pod *v1.Pod, st PodStats) (int64, bool) {
 		total += val(c.RootfsBytes) + val(c.LogsBytes)
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil { // not ephemeral
-			continue
-		}
-		if v.EmptyDir != nil && v.EmptyDir.Medium != v1.StorageMediumMemory || v.ConfigMap != nil || v.GitRepo != nil {
+		if isLocalEphemeralVolume(v) {
 			if vs, ok := st.Volumes[v.Name]; ok && vs.UsedBytes != nil {
 				known = true
 				total += *vs.UsedBytes

@@ -2,7 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -53,20 +54,24 @@ func rankUsage(s Signal, layout FilesystemLayout) fsUsage {
 	return u
 }
 
-// localVolumeNames lists the volumes the kubelet counts as local: hostPath,
-// disk-backed emptyDir, configMap and gitRepo.
+// localVolumeNames lists the volumes the kubelet counts as local: hostPath
+// and the local ephemeral ones.
 func localVolumeNames(pod *v1.Pod) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.HostPath != nil,
-			v.EmptyDir != nil && v.EmptyDir.Medium != v1.StorageMediumMemory,
-			v.ConfigMap != nil,
-			v.GitRepo != nil:
+		if v.HostPath != nil || isLocalEphemeralVolume(v) {
 			out = append(out, v.Name)
 		}
 	}
 	return out
+}
+
+// isLocalEphemeralVolume is the kubelet's volumeutils.IsLocalEphemeralVolume:
+// gitRepo, configMap and emptyDirs on the node's disk (the default medium;
+// Memory and HugePages* emptyDirs use no disk).
+func isLocalEphemeralVolume(v v1.Volume) bool {
+	return v.GitRepo != nil || v.ConfigMap != nil ||
+		v.EmptyDir != nil && v.EmptyDir.Medium == v1.StorageMediumDefault
 }
 
 func val(p *int64) int64 {
@@ -118,18 +123,69 @@ func podPriority(pod *v1.Pod) int32 {
 	return 0
 }
 
-func requestOf(reqs v1.ResourceList, name v1.ResourceName) int64 {
-	if q, ok := reqs[name]; ok {
-		return q.Value()
+// podRequest is resourcehelper.PodRequests(pod, {})[name].Value() for one
+// resource — containers, the sidecar-aware maximum with init containers,
+// pod-level requests, overhead — without building resource lists: it runs
+// for every pod on every pass, and PodRequests was most of a decision's time.
+// TestPodRequest_MatchesComponentHelpers holds it to PodRequests.
+func podRequest(pod *v1.Pod, name v1.ResourceName) int64 {
+	var total resource.Quantity
+	for i := range pod.Spec.Containers {
+		if q, ok := pod.Spec.Containers[i].Resources.Requests[name]; ok {
+			total.Add(q)
+		}
 	}
-	return 0
+	// Init container i needs its own request plus the sidecars started before it.
+	var sidecars, initMax resource.Quantity
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q := c.Resources.Requests[name]
+		var use resource.Quantity
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			total.Add(q)
+			sidecars.Add(q)
+			use = sidecars.DeepCopy()
+		} else {
+			use = q.DeepCopy()
+			use.Add(sidecars)
+		}
+		if use.Cmp(initMax) > 0 {
+			initMax = use
+		}
+	}
+	if initMax.Cmp(total) > 0 {
+		total = initMax
+	}
+	if resourcehelper.IsPodLevelRequestsSet(pod) && resourcehelper.IsSupportedPodLevelResource(name) {
+		if q, ok := pod.Spec.Resources.Requests[name]; ok {
+			total = q.DeepCopy()
+		}
+	}
+	if q, ok := pod.Spec.Overhead[name]; ok {
+		total.Add(q)
+	}
+	return total.Value()
 }
 
 func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLayout) podInfo {
-	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	pi := podInfo{pod: pod, priority: podPriority(pod),
-		memReq: requestOf(reqs, v1.ResourceMemory), diskReq: requestOf(reqs, v1.ResourceEphemeralStorage)}
+	pi := podInfo{pod: pod, priority: podPriority(pod)}
+	switch s.Resource() {
+	case ResourceMemory:
+		pi.memReq = podRequest(pod, v1.ResourceMemory)
+	case ResourceEphemeralStorage, ResourceInodes:
+		pi.diskReq = podRequest(pod, v1.ResourceEphemeralStorage)
+	}
 	pi.stats, pi.hasStats = stats[pod.UID]
+	// A pod whose usage for this resource was not measured (no cgroup yet,
+	// an unreadable file) has no stats for ranking, as a pod missing from the
+	// kubelet's summary: it ranks first, never as if it used nothing.
+	switch {
+	case !pi.hasStats:
+	case s.Resource() == ResourceMemory:
+		pi.hasStats = pi.stats.MemoryWorkingSet != nil
+	case s.Resource() == ResourcePIDs:
+		pi.hasStats = pi.stats.Processes != nil
+	}
 	if pi.hasStats {
 		pi.memUsage = val(pi.stats.MemoryWorkingSet)
 		pi.procs = val(pi.stats.Processes)
@@ -210,18 +266,31 @@ func rankFuncs(s Signal) []cmpFunc {
 }
 
 // rankPods sorts pods for a signal with the kubelet's multi-key order; ties
-// on every key keep namespace/name order so the result is deterministic.
+// on every key fall back to namespace, then name, so the order is total and
+// deterministic and an unstable O(n log n) sort suffices (a stable sort of
+// these structs was most of a 10,000-pod decision).
 func rankPods(pods []podInfo, s Signal) {
 	fns := rankFuncs(s)
-	sort.SliceStable(pods, func(i, j int) bool {
-		a, b := &pods[i], &pods[j]
+	order := make([]*podInfo, len(pods))
+	for i := range pods {
+		order[i] = &pods[i]
+	}
+	slices.SortFunc(order, func(a, b *podInfo) int {
 		for _, f := range fns {
 			if c := f(a, b); c != 0 {
-				return c < 0
+				return c
 			}
 		}
-		return podKey(a.pod) < podKey(b.pod)
+		if c := strings.Compare(a.pod.Namespace, b.pod.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod.Name, b.pod.Name)
 	})
+	sorted := make([]podInfo, len(pods))
+	for i, p := range order {
+		sorted[i] = *p
+	}
+	copy(pods, sorted)
 }
 
 func podKey(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -267,7 +336,9 @@ func FormatValue(s Signal, v int64) string {
 	case s.IsPSI():
 		return fmt.Sprintf("%.2f%%", float64(PSIScale-v)/100)
 	case s.Resource() == ResourceInodes || s.Resource() == ResourcePIDs:
-		return resource.NewQuantity(v, resource.DecimalSI).String()
+		// Counts as plain integers: a DecimalSI quantity prints 4000 as "4k"
+		// but 3500 as "3500", which reads as two different units side by side.
+		return strconv.FormatInt(v, 10)
 	}
 	return fmtBytes(v)
 }
@@ -322,7 +393,7 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 // thresholdText is the threshold as a quantity: the user's quantity, or a
 // percentage resolved against capacity.
 func thresholdText(t Threshold, capacity int64) string {
-	if t.Value.Quantity != nil {
+	if t.Value.Quantity != nil && t.Signal.Resource() != ResourceInodes && t.Signal.Resource() != ResourcePIDs {
 		return t.Value.Quantity.String()
 	}
 	return FormatValue(t.Signal, t.quantity(capacity))

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,12 +86,16 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 		return nil, "", fmt.Errorf("must not be empty")
 	}
 	if strings.HasSuffix(val, "%") {
-		if val == "0%" || val == "100%" {
-			return nil, "", nil
-		}
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
-		if err != nil {
+		if err != nil || math.IsNaN(p) {
 			return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		}
+		if p == 0 || p == 100 {
+			// 0% and 100% disable the signal. The kubelet matches the exact
+			// strings only, so "100.0%" there is a threshold at capacity that
+			// is always met and evicts every pod; the same number means the
+			// same thing here.
+			return nil, "", nil
 		}
 		if p < 0 {
 			return nil, "", fmt.Errorf("eviction percentage threshold must be >= 0%%")
@@ -98,12 +103,13 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 		if p > 100 {
 			return nil, "", fmt.Errorf("eviction percentage threshold must be <= 100%%")
 		}
-		pct := float32(p / 100)
 		if signal.IsPSI() {
-			// Stall above pct <=> headroom below 1-pct.
-			pct = 1 - pct
+			// Stall above p% <=> headroom below PSIScale - p% (in hundredths
+			// of a percent, the kernel's resolution), kept exact: as a float32
+			// fraction the boundary was 0.01% off for about half of all values.
+			return &ThresholdValue{Quantity: psiQuantity(PSIScale - psiHundredths(p))}, val, nil
 		}
-		return &ThresholdValue{Percentage: pct}, val, nil
+		return &ThresholdValue{Percentage: float32(p / 100)}, val, nil
 	}
 	if signal.IsPSI() {
 		return nil, "", fmt.Errorf("a pressure stall threshold is a percentage of time stalled, like 40%%")
@@ -118,12 +124,17 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	return &ThresholdValue{Quantity: &q}, val, nil
 }
 
+// psiHundredths is a stall percentage in PSIScale units (hundredths of a percent).
+func psiHundredths(pct float64) int64 { return int64(math.Round(pct * PSIScale / 100)) }
+
+func psiQuantity(v int64) *resource.Quantity { return resource.NewQuantity(v, resource.DecimalSI) }
+
 // parseMinReclaim parses a minimum reclaim value with the kubelet's rules.
 func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	val = strings.TrimSpace(val)
 	if strings.HasSuffix(val, "%") {
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
-		if err != nil {
+		if err != nil || math.IsNaN(p) {
 			return nil, fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
 		}
 		if p <= 0 {
@@ -131,6 +142,9 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 		}
 		if p > 100 {
 			return nil, fmt.Errorf("eviction percentage minimum reclaim must be <= 100%%")
+		}
+		if signal.IsPSI() {
+			return &ThresholdValue{Quantity: psiQuantity(psiHundredths(p))}, nil
 		}
 		return &ThresholdValue{Percentage: float32(p / 100)}, nil
 	}

@@ -216,7 +216,7 @@ type Candidate struct {
 	Hard   bool
 	// GracePeriodSeconds: 1 for hard thresholds and local-storage limit
 	// violations; min(evictionMaxPodGracePeriod, terminationGracePeriodSeconds)
-	// for soft ones.
+	// for soft ones, at least 1 (0 would be a forced deletion in the API).
 	GracePeriodSeconds int64
 	// Message is the kubelet-style eviction message.
 	Message string

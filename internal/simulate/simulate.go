@@ -188,7 +188,7 @@ func (es Errors) Error() string {
 func Decode(data []byte) (*Scenario, *policy.Config, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, Errors{Error{"(document)", firstLine(err.Error()), "must be valid YAML without duplicate keys"}}
+		return nil, nil, Errors{Error{"(document)", policy.YAMLErrorText(err), "must be valid YAML without duplicate keys"}}
 	}
 	var sc Scenario
 	strict, err := kjson.UnmarshalStrict(js, &sc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
@@ -361,7 +361,8 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 				}
 				sr.Refused = append(sr.Refused, evictionResult(c))
 				tried++
-				if a.Starved.Threshold.Hard() && tried >= cfg.Escalation.MaxCandidates {
+				// Escalate after maxCandidates refusals, or sooner when fewer pods are eligible.
+				if a.Starved.Threshold.Hard() && (tried >= cfg.Escalation.MaxCandidates || tried == len(sel.Candidates)) {
 					if cfg.Escalation.Delete {
 						er := evictionResult(sel.Candidates[0])
 						er.Reason = fmt.Sprintf("deleted directly: %d candidates refused by PodDisruptionBudgets under hard pressure (eviction.pdbEscalation.delete); %s", tried, er.Reason)
@@ -375,6 +376,9 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 			}
 			if sr.Eviction == nil && sel.Waiting == "" && len(sel.Candidates) == 0 {
 				sr.Notes = append(sr.Notes, "unable to evict any pods from the node: no eligible pod")
+			}
+			if sr.Eviction == nil && !a.Starved.Threshold.Hard() && len(sel.Candidates) > 0 && tried == len(sel.Candidates) {
+				sr.Notes = append(sr.Notes, fmt.Sprintf("every candidate (%d) refused by PodDisruptionBudgets under soft pressure; nothing is forced", tried))
 			}
 		}
 		res.Steps = append(res.Steps, finish(sr, engine))

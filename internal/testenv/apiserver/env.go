@@ -94,6 +94,7 @@ type Env struct {
 	apiserver *process
 	kcm       *process
 	scheduler *process
+	probes    int
 }
 
 // Start runs etcd, kube-apiserver and kube-controller-manager and waits until the API is
@@ -316,6 +317,10 @@ func (e *Env) StopAPIServer() {
 
 // StartAPIServer (re)starts kube-apiserver on the same address with the same state and
 // waits until /readyz answers.
+//
+// On a restart it also restarts the controller manager, whose watches would otherwise
+// reconnect with a back-off of up to 30 s (a namespace created meanwhile gets its default
+// ServiceAccount late, and pods in it are refused), and waits until it works.
 func (e *Env) StartAPIServer() error {
 	if e.apiserver.running() {
 		return nil
@@ -323,7 +328,41 @@ func (e *Env) StartAPIServer() error {
 	if err := e.apiserver.start(); err != nil {
 		return err
 	}
-	return e.waitReady(e.opts.StartTimeout)
+	if err := e.waitReady(e.opts.StartTimeout); err != nil {
+		return err
+	}
+	if e.kcm == nil {
+		return nil // first start: Start waits for the controllers itself
+	}
+	e.kcm.stop(10 * time.Second)
+	if err := e.kcm.start(); err != nil {
+		return err
+	}
+	return e.waitControllersCatchUp(e.opts.StartTimeout)
+}
+
+// waitControllersCatchUp creates a probe namespace and waits for the controller manager
+// to give it its default ServiceAccount, then deletes it.
+func (e *Env) waitControllersCatchUp(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	e.probes++
+	name := fmt.Sprintf("testenv-restart-probe-%d", e.probes)
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating probe namespace %s: %w", name, err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if !e.kcm.running() {
+			return false, errors.New("process exited")
+		}
+		_, err := e.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return e.kcm.failure(fmt.Errorf("waiting for the controllers to catch up after an API server restart: %w", err))
+	}
+	_ = e.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	return nil
 }
 
 // Stop stops every component and removes the working directory (unless KeepDir).

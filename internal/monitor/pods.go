@@ -1,0 +1,284 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Per-pod usage: memory working set and process counts fresh from the pod
+// cgroup, container names and writable layers from the CRI, logs and local
+// volumes from the housekeeping cache of bounded walks.
+
+// DiscoverPods lists the pods that have a cgroup under kubepods, for when no
+// pod list is at hand; their names are unknown.
+func (m *Monitor) DiscoverPods() ([]PodRef, error) {
+	found, err := m.layout.discoverPods()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PodRef, 0, len(found))
+	for _, pc := range found {
+		out = append(out, pc.Pod)
+	}
+	return out, nil
+}
+
+// locatePod finds a pod's cgroup: by its QoS tier when known, else by trying
+// each tier.
+func (m *Monitor) locatePod(pod PodRef) (string, error) {
+	tiers := []string{pod.QOSClass}
+	if pod.QOSClass == "" {
+		tiers = []string{string(v1.PodQOSGuaranteed), string(v1.PodQOSBurstable), string(v1.PodQOSBestEffort)}
+	}
+	for _, qos := range tiers {
+		p, err := m.layout.podCgroupPath(pod.runtimeUID(), qos)
+		if err != nil {
+			return "", err
+		}
+		if len(tiers) == 1 {
+			return p, nil // a missing cgroup shows as a failed read of it
+		}
+		if _, err := os.Stat(m.layout.dir("memory", p)); err == nil {
+			return p, nil
+		}
+	}
+	want, _ := m.layout.podCgroupPath(pod.runtimeUID(), pod.QOSClass)
+	if want == "" {
+		want = "any QoS tier under " + m.layout.kubepods
+	}
+	return "", fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, want, fs.ErrNotExist)
+}
+
+// readPods fills s with the pods' usage; withCgroups false reads only the
+// disk usage (from the housekeeping cache) and leaves memory and processes
+// unmeasured.
+func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, withCgroups bool) {
+	m.mu.Lock()
+	m.pods = append(m.pods[:0], pods...)
+	needLayers := m.cfg.Runtime != nil && !m.layersRead
+	m.mu.Unlock()
+	if needLayers {
+		m.refreshLayers(ctx)
+	}
+	logs := &logListing{dir: m.walker.podLogsDir, log: m.log}
+	for _, pod := range pods {
+		ps := policy.PodStats{Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
+		var errs []string
+		if !withCgroups {
+			ps.Time = time.Now()
+			errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
+			s.Pods[pod.UID] = ps
+			if len(errs) > 0 {
+				s.PodErrors[pod.UID] = strings.Join(errs, "; ")
+			}
+			continue
+		}
+		cg, err := m.locatePod(pod)
+		var u memcgUsage
+		if err == nil {
+			u, err = m.layout.readMemcgUsage(cg)
+			if errors.Is(err, fs.ErrNotExist) {
+				err = fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, cg, fs.ErrNotExist)
+			}
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, err.Error())
+			m.metrics.podReadErrors.WithLabelValues("cgroup").Inc()
+		case err != nil:
+			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
+			errs = append(errs, err.Error())
+			m.metrics.podReadErrors.WithLabelValues("memory").Inc()
+		default:
+			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
+			ws := u.workingSet()
+			ps.MemoryWorkingSet = &ws
+			if n, err := m.layout.countProcesses(cg); err != nil {
+				errs = append(errs, err.Error())
+				m.metrics.podReadErrors.WithLabelValues("processes").Inc()
+			} else {
+				ps.Processes = &n
+			}
+			m.readContainerMemory(cg, pod.runtimeUID(), &ps)
+		}
+		ps.Time = time.Now()
+		errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
+		s.Pods[pod.UID] = ps
+		if len(errs) > 0 {
+			s.PodErrors[pod.UID] = strings.Join(errs, "; ")
+		}
+	}
+}
+
+// readContainerMemory reads each container's working set from the pod
+// cgroup's children (<pod>/<id> with cgroupfs, <pod>/cri-containerd-<id>.scope
+// with systemd), naming them through the CRI's container list.
+func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *policy.PodStats) {
+	m.mu.Lock()
+	known := len(m.containers) > 0
+	m.mu.Unlock()
+	if !known {
+		return
+	}
+	entries, err := os.ReadDir(m.layout.dir("memory", podCgroup))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := strings.TrimSuffix(e.Name(), ".scope")
+		if i := strings.LastIndexByte(id, '-'); i >= 0 {
+			id = id[i+1:]
+		}
+		m.mu.Lock()
+		cn, ok := m.containers[id]
+		m.mu.Unlock()
+		if !ok || cn.pod != uid {
+			continue
+		}
+		u, err := m.layout.readMemcgUsage(podCgroup + "/" + e.Name())
+		if err != nil {
+			m.metrics.podReadErrors.WithLabelValues("containerMemory").Inc()
+			continue
+		}
+		ws := u.workingSet()
+		cs := ps.Containers[cn.name]
+		cs.MemoryWorkingSet = &ws
+		ps.Containers[cn.name] = cs
+	}
+}
+
+// addDiskUsage fills logs, writable layers and local volumes from the
+// refresher's cache, measuring a pod the cache has not seen yet.
+func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing) []string {
+	m.mu.Lock()
+	d, ok := m.disk[pod.UID]
+	layers := m.layers[pod.runtimeUID()]
+	runtimeKnown := m.cfg.Runtime != nil && m.layers != nil
+	m.mu.Unlock()
+	if !ok {
+		var listing []os.DirEntry
+		if pod.Namespace == "" || pod.Name == "" {
+			listing = logs.entries()
+		}
+		d = m.walker.measure(pod, listing)
+		m.mu.Lock()
+		m.disk[pod.UID] = d
+		m.mu.Unlock()
+	}
+	for name, u := range d.containerLogs {
+		cs := ps.Containers[name]
+		cs.LogsBytes, cs.LogsInodes = ptr(u.bytes), ptr(u.inodes)
+		ps.Containers[name] = cs
+	}
+	for name, wl := range layers {
+		cs := ps.Containers[name]
+		cs.RootfsBytes, cs.RootfsInodes = wl.bytes, wl.inodes
+		ps.Containers[name] = cs
+	}
+	for name, u := range d.volumes {
+		ps.Volumes[name] = policy.VolumeStats{UsedBytes: ptr(u.bytes), InodesUsed: ptr(u.inodes)}
+	}
+	if len(d.errs) > 0 {
+		m.metrics.podReadErrors.WithLabelValues("disk").Add(float64(len(d.errs)))
+	}
+	// The pod's total is given only when every part of it was measured.
+	if runtimeKnown && d.podLogs != nil && d.etcHosts != nil && len(d.errs) == 0 {
+		total := d.podLogs.bytes + d.etcHosts.bytes
+		complete := true
+		for _, wl := range layers {
+			if wl.bytes == nil {
+				complete = false
+				break
+			}
+			total += *wl.bytes
+		}
+		for name, u := range d.volumes {
+			if !d.memoryBacked[name] {
+				total += u.bytes
+			}
+		}
+		if complete {
+			ps.EphemeralStorageBytes = &total
+		}
+	}
+	return d.errs
+}
+
+// logListing reads the pod log directory once per pass, and only if a pod
+// without a name needs its log directory found by UID.
+type logListing struct {
+	dir     string
+	log     *slog.Logger
+	read    bool
+	listing []os.DirEntry
+}
+
+func (l *logListing) entries() []os.DirEntry {
+	if !l.read {
+		l.read = true
+		var err error
+		l.listing, err = os.ReadDir(l.dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			l.log.Warn("listing pod log directories", "dir", l.dir, "err", err)
+		}
+	}
+	return l.listing
+}
+
+// refreshDisk re-measures every known pod's logs and volumes and re-reads
+// writable layers: the housekeeping half of the per-pod stats.
+func (m *Monitor) refreshDisk(ctx context.Context) {
+	m.mu.Lock()
+	pods := append([]PodRef(nil), m.pods...)
+	m.mu.Unlock()
+	if m.cfg.Runtime != nil {
+		m.refreshLayers(ctx)
+	}
+	listing, err := os.ReadDir(m.walker.podLogsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("listing pod log directories", "dir", m.walker.podLogsDir, "err", err)
+	}
+	fresh := make(map[types.UID]podDisk, len(pods))
+	for _, pod := range pods {
+		if ctx.Err() != nil {
+			return
+		}
+		fresh[pod.UID] = m.walker.measure(pod, listing)
+	}
+	m.mu.Lock()
+	m.disk = fresh
+	m.mu.Unlock()
+}
+
+func (m *Monitor) refreshLayers(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
+	defer cancel()
+	layers, ids, err := readWritableLayers(cctx, m.cfg.Runtime)
+	m.noteRuntime("ListContainerStats", err)
+	if err != nil {
+		m.mu.Lock()
+		m.layers = nil
+		m.layersRead = true
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Lock()
+	m.layers = layers
+	m.layersRead = true
+	m.containers = ids
+	m.mu.Unlock()
+}

@@ -1,0 +1,229 @@
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Node signals, one reader each: memory (root cgroup and kubepods), PSI,
+// PIDs and filesystems. Each observation carries the time it was read.
+
+func (m *Monitor) readMemorySignals(b *snapshotBuilder) {
+	mi, err := readMeminfo(m.proc, m.procDir)
+	if err != nil {
+		b.miss(policy.SignalMemoryAvailable, err.Error(), true)
+	} else {
+		m.readMemoryAvailable(b, mi)
+	}
+	m.readAllocatableMemory(b)
+	m.readPSI(b)
+}
+
+func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
+	switch m.cfg.MemoryFormula {
+	case MemoryFormulaMemAvailable:
+		if mi.memAvailable < 0 {
+			b.miss(policy.SignalMemoryAvailable, "memoryFormula memAvailable: the kernel's meminfo has no MemAvailable", true)
+			return
+		}
+		b.add(policy.SignalMemoryAvailable, mi.memAvailable, mi.memTotal, time.Now(), SourceMemAvailable,
+			"MemAvailable of /proc/meminfo; capacity MemTotal")
+	default:
+		u, err := m.layout.readRootMemcgUsage()
+		if err != nil {
+			b.miss(policy.SignalMemoryAvailable, err.Error(), true)
+			return
+		}
+		ws := u.workingSet()
+		b.add(policy.SignalMemoryAvailable, mi.memTotal-ws, mi.memTotal, time.Now(), SourceCgroupWorkingSet,
+			fmt.Sprintf("MemTotal %d - root working set %d (usage %d - inactive_file %d)", mi.memTotal, ws, u.usage, u.inactiveFile))
+	}
+}
+
+// readAllocatableMemory is the kubepods cgroup's limit minus its working
+// set. Without a limit (enforceNodeAllocatable lacks "pods") the kubelet has
+// no such signal, and neither does evictiond.
+func (m *Monitor) readAllocatableMemory(b *snapshotBuilder) {
+	sig := policy.SignalAllocatableMemoryAvailable
+	limit, err := m.layout.readMemoryLimit(m.layout.kubepods)
+	if err != nil {
+		b.miss(sig, err.Error(), true)
+		return
+	}
+	if limit >= unlimitedMemory {
+		b.miss(sig, fmt.Sprintf("cgroup %s has no memory limit (the kubelet enforces node allocatable on pods only with enforceNodeAllocatable: [pods])", m.layout.kubepods), false)
+		return
+	}
+	u, err := m.layout.readMemcgUsage(m.layout.kubepods)
+	if err != nil {
+		b.miss(sig, err.Error(), true)
+		return
+	}
+	ws := u.workingSet()
+	b.add(sig, limit-ws, limit, time.Now(), SourceCgroupWorkingSet,
+		fmt.Sprintf("%s limit %d - working set %d", m.layout.kubepods, limit, ws))
+}
+
+func (m *Monitor) readPSI(b *snapshotBuilder) {
+	node, err := readProcPSI(m.proc, m.procDir)
+	at := time.Now()
+	if err != nil {
+		for _, sig := range nodePSISignals {
+			b.miss(sig, err.Error(), true)
+		}
+	} else {
+		addPSI(b, node, nodePSISignals, at, SourceProcPSI)
+	}
+	if m.layout.version != CgroupV2 {
+		for _, sig := range allocatablePSISignals {
+			b.miss(sig, "the kubepods cgroup's memory.pressure exists only on cgroup v2", false)
+		}
+		return
+	}
+	pods, err := readPSIFile(filepath.Join(m.layout.dir("memory", m.layout.kubepods), "memory.pressure"))
+	at = time.Now()
+	if err != nil {
+		for _, sig := range allocatablePSISignals {
+			b.miss(sig, err.Error(), true)
+		}
+		return
+	}
+	addPSI(b, pods, allocatablePSISignals, at, SourceCgroupPSI)
+}
+
+func addPSI(b *snapshotBuilder, r psiReading, names psiSignals, at time.Time, src Source) {
+	values := r.values(names)
+	for _, sig := range names {
+		stall, ok := values[sig]
+		if !ok {
+			b.miss(sig, "the pressure file has no \"full\" line", true)
+			continue
+		}
+		b.add(sig, psiHeadroom(stall), policy.PSIScale, at, src, fmt.Sprintf("stall %.2f%%", stall))
+	}
+}
+
+func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
+	r, err := readPIDs(m.procDir)
+	if err != nil {
+		b.miss(policy.SignalPIDAvailable, err.Error(), true)
+		return
+	}
+	b.add(policy.SignalPIDAvailable, r.maxPID-r.running, r.maxPID, time.Now(), SourceProcPIDs,
+		fmt.Sprintf("min(pid_max, threads-max) %d - tasks %d", r.maxPID, r.running))
+}
+
+// readFilesystemSignals reads nodefs from the filesystem holding the
+// kubelet's root dir, and imagefs/containerfs from the filesystems the CRI
+// names (falling back to cAdvisor's view of ImageFsDir).
+func (m *Monitor) readFilesystemSignals(ctx context.Context, b *snapshotBuilder) {
+	node, err := statFilesystem(m.nodeFs)
+	if err != nil {
+		b.miss(policy.SignalNodeFsAvailable, err.Error(), true)
+		b.miss(policy.SignalNodeFsInodesFree, err.Error(), true)
+	} else {
+		at := time.Now()
+		m.addFs(b, "nodefs", m.cfg.KubeletRootDir, node, at, SourceStatfs, nil,
+			policy.SignalNodeFsAvailable, policy.SignalNodeFsInodesFree)
+	}
+
+	image, container, ok := m.readRuntimeFs(ctx, b)
+	if !ok {
+		return
+	}
+	if node.device != 0 {
+		b.s.Layout = policy.FilesystemLayout{
+			DedicatedImageFs: image.device != node.device,
+			SplitContainerFs: container.device != image.device,
+		}
+	}
+}
+
+// readRuntimeFs returns the imagefs and containerfs usage and reports their
+// signals.
+func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image, container fsUsage, ok bool) {
+	imageSigs := [2]policy.Signal{policy.SignalImageFsAvailable, policy.SignalImageFsInodesFree}
+	containerSigs := [2]policy.Signal{policy.SignalContainerFsAvailable, policy.SignalContainerFsInodesFree}
+	var criErr error
+	if m.cfg.Runtime != nil {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
+		rfs, err := readRuntimeFilesystems(cctx, m.cfg.Runtime)
+		cancel()
+		m.noteRuntime("ImageFsInfo", err)
+		if err == nil {
+			image, err = statFilesystem(hostPath(m.cfg.HostRoot, rfs.imageMountpoint))
+		}
+		if err == nil {
+			container, err = statFilesystem(hostPath(m.cfg.HostRoot, rfs.containerMountpoint))
+		}
+		if err == nil {
+			at := time.Now()
+			m.addFs(b, "imagefs", rfs.imageMountpoint, image, at, SourceCRI, rfs.imageUsed, imageSigs[0], imageSigs[1])
+			m.addFs(b, "containerfs", rfs.containerMountpoint, container, at, SourceCRI, rfs.containerUsed, containerSigs[0], containerSigs[1])
+			return image, container, true
+		}
+		criErr = err
+	}
+	var err error
+	src := SourceStatfs
+	at := time.Now()
+	if m.cadvisor != nil {
+		src = SourceCAdvisor
+		image, at, err = m.cadvisorFs(m.imageFs)
+	} else {
+		image, err = statFilesystem(m.imageFs)
+	}
+	if err != nil {
+		reason := err.Error()
+		if criErr != nil {
+			reason = criErr.Error() + "; fallback: " + reason
+		}
+		for _, sig := range append(imageSigs[:], containerSigs[:]...) {
+			b.miss(sig, reason, true)
+		}
+		return image, container, false
+	}
+	// Without the CRI's word, writable layers are taken to live with the images.
+	m.addFs(b, "imagefs", m.cfg.ImageFsDir, image, at, src, nil, imageSigs[0], imageSigs[1])
+	m.addFs(b, "containerfs", m.cfg.ImageFsDir, image, at, src, nil, containerSigs[0], containerSigs[1])
+	return image, image, true
+}
+
+// cadvisorFs reads a directory's filesystem through cAdvisor, as the kubelet
+// does, with the time of cAdvisor's reading; inode counts are missing when
+// cAdvisor has none (e.g. some overlay or network filesystems).
+func (m *Monitor) cadvisorFs(dir string) (fsUsage, time.Time, error) {
+	fi, err := m.cadvisor.dirFsInfo(dir)
+	if err != nil {
+		return fsUsage{}, time.Time{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fsUsage{}, time.Time{}, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	u := fsUsage{device: st.Dev, capacity: int64(fi.Capacity), available: int64(fi.Available), inodes: -1, inodesFree: -1}
+	if fi.Inodes != nil && fi.InodesFree != nil {
+		u.inodes, u.inodesFree = int64(*fi.Inodes), int64(*fi.InodesFree)
+	}
+	return u, fi.Timestamp, nil
+}
+
+func (m *Monitor) addFs(b *snapshotBuilder, role, path string, u fsUsage, at time.Time, src Source, used *int64, bytesSig, inodesSig policy.Signal) {
+	b.s.Filesystems = append(b.s.Filesystems, Filesystem{
+		Role: role, Path: path, Device: fmt.Sprintf("%d:%d", unix.Major(u.device), unix.Minor(u.device)),
+		Capacity: u.capacity, Available: u.available, Inodes: u.inodes, InodesFree: u.inodesFree,
+		UsedByRuntime: used, Source: src,
+	})
+	b.add(bytesSig, u.available, u.capacity, at, src, role+" "+path)
+	if u.inodes < 0 {
+		b.miss(inodesSig, role+" "+path+": no inode counts", true)
+		return
+	}
+	b.add(inodesSig, u.inodesFree, u.inodes, at, src, role+" "+path)
+}
