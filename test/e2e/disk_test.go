@@ -150,7 +150,7 @@ func testDiskPressure(t *testing.T, c *cluster.Cluster) {
 	}
 	evicted := evictionEvents(t, c, ns)
 	if len(evicted) != 1 || evicted[0].InvolvedObject.Name != "filler" {
-		t.Errorf("Evicted events %v, want exactly one, for filler", evicted)
+		t.Errorf("Evicted events %s, want exactly one, for filler", describeEvents(evicted))
 	} else {
 		t.Logf("filler evicted %s after the unused images were collected: %s", evictedAt.Sub(imagesGoneAt).Round(time.Millisecond), evicted[0].Message)
 	}

@@ -64,7 +64,7 @@ func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
 		t.Errorf("the kernel OOM-killed %d process(es) during the episode, want 0", e.OOMKills)
 	}
 	if len(e.Evicted) != 1 {
-		t.Fatalf("Evicted events in %s: %d, want exactly 1: %v", e.Namespace, len(e.Evicted), e.Evicted)
+		t.Fatalf("Evicted events in %s: %d, want exactly 1: %s", e.Namespace, len(e.Evicted), describeEvents(e.Evicted))
 	}
 	ev := e.Evicted[0]
 	if ev.InvolvedObject.Name != "hog" || ev.Source.Component != "evictiond" {

@@ -153,3 +153,15 @@ func terminatedState(pod *corev1.Pod, container string) *corev1.ContainerStateTe
 	}
 	return nil
 }
+
+// describeEvents is a short account of events for failure messages: source, object, message.
+func describeEvents(events []corev1.Event) string {
+	var parts []string
+	for _, e := range events {
+		parts = append(parts, fmt.Sprintf("[%s %s %s/%s: %s]", e.Source.Component, e.Reason, e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message))
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, " ")
+}

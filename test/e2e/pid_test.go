@@ -99,7 +99,7 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 	waitPodGone(t, c, ns, "pidhog", created.UID, 2*time.Minute)
 	evicted := evictionEvents(t, c, ns)
 	if len(evicted) != 1 || evicted[0].InvolvedObject.Name != "pidhog" || evicted[0].Source.Component != "evictiond" {
-		t.Fatalf("Evicted events %v, want exactly one, for pidhog, from evictiond", evicted)
+		t.Fatalf("Evicted events %s, want exactly one, for pidhog, from evictiond\n--- evictiond ---\n%s", describeEvents(evicted), c.EvictiondLogTail(15))
 	}
 	t.Logf("pidhog evicted: %s", evicted[0].Message)
 	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "bystander", metav1.GetOptions{}); err != nil || !podReady(p) {
