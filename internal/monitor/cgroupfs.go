@@ -169,6 +169,16 @@ func (l *cgroupLayout) countProcesses(cgroupPath string) (int64, error) {
 	return n, nil
 }
 
+// countTasks reads the cgroup's pids.current: every task, threads included,
+// in the cgroup and its descendants (hierarchical in the pids controller on
+// v1 and on v2) — what pid.available counts.
+func (l *cgroupLayout) countTasks(cgroupPath string) (int64, error) {
+	if l.version == CgroupV1 {
+		return readInt64File(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
+	}
+	return readInt64File(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
+}
+
 // countProcessesIn walks a cgroup directory by hand: filepath.WalkDir's lstat
 // and sorting were half the cost of reading 100 pods.
 func countProcessesIn(dir string, isRoot bool, buf []byte) (int64, error) {

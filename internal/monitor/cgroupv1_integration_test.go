@@ -318,6 +318,10 @@ func TestCgroupV1PodsWorkingSetAndProcessCounts(t *testing.T) {
 		if ps.Processes == nil || *ps.Processes != tc.processes {
 			t.Errorf("pod %s processes %v, want %d", tc.uid, deref(ps.Processes), tc.processes)
 		}
+		// Tasks count threads (pids.current): every Go child runs several.
+		if ps.Tasks == nil || ps.Processes == nil || *ps.Tasks <= *ps.Processes {
+			t.Errorf("pod %s tasks %v, want more than its %v processes (threads included)", tc.uid, deref(ps.Tasks), deref(ps.Processes))
+		}
 	}
 	if got := s.PodCgroups[podC].Path; got != cgC {
 		t.Errorf("pod with unknown QoS found at %q, want %q", got, cgC)

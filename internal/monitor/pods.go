@@ -110,6 +110,9 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			} else {
 				ps.Processes = &n
 			}
+			if n, err := m.layout.countTasks(cg); err == nil {
+				ps.Tasks = &n
+			} // no pids controller: PID ranking falls back to processes
 			m.readContainerMemory(cg, pod.runtimeUID(), &ps)
 		}
 		ps.Time = time.Now()

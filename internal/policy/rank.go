@@ -23,7 +23,8 @@ type podInfo struct {
 	memReq   int64
 	diskReq  int64 // ephemeral-storage request
 	memUsage int64
-	procs    int64
+	procs    int64 // tasks (threads included) when measured, else processes
+	tasks    bool
 	disk     int64 // usage on the filesystems the signal ranks by
 }
 
@@ -184,11 +185,14 @@ func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLay
 	case s.Resource() == ResourceMemory:
 		pi.hasStats = pi.stats.MemoryWorkingSet != nil
 	case s.Resource() == ResourcePIDs:
-		pi.hasStats = pi.stats.Processes != nil
+		pi.hasStats = pi.stats.Tasks != nil || pi.stats.Processes != nil
 	}
 	if pi.hasStats {
 		pi.memUsage = val(pi.stats.MemoryWorkingSet)
 		pi.procs = val(pi.stats.Processes)
+		if pi.stats.Tasks != nil {
+			pi.procs, pi.tasks = *pi.stats.Tasks, true
+		}
 		if s.Resource() == ResourceEphemeralStorage || s.Resource() == ResourceInodes {
 			pi.disk = diskUsage(pod, pi.stats, rankUsage(s, layout))
 		}
@@ -310,7 +314,11 @@ func rankReason(p *podInfo, s Signal, rank, of int) string {
 		return fmt.Sprintf("%s: %s its memory request (working set %s, request %s), priority %d, %s above request",
 			head, exceeds, fmtBytes(p.memUsage), fmtBytes(p.memReq), p.priority, fmtBytes(p.memUsage-p.memReq))
 	case ResourcePIDs:
-		return fmt.Sprintf("%s: priority %d, %d processes", head, p.priority, p.procs)
+		unit := "processes"
+		if p.tasks {
+			unit = "tasks (threads included)"
+		}
+		return fmt.Sprintf("%s: priority %d, %d %s", head, p.priority, p.procs, unit)
 	case ResourceInodes:
 		return fmt.Sprintf("%s: uses %d inodes, priority %d", head, p.disk, p.priority)
 	default:

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -280,5 +281,27 @@ func TestRank_PodWithStatsEntryButNoMeasuredUsageRanksAsWithoutStats(t *testing.
 		if infos[0].pod.Name != "pending" {
 			t.Errorf("%s: ranking %s, %s; a pod whose usage was not measured must rank first, as the kubelet ranks pods without stats", sig, infos[0].pod.Name, infos[1].pod.Name)
 		}
+	}
+}
+
+func TestRankPIDs_ThreadsCountWhenMeasured(t *testing.T) {
+	// A pod of 2 processes holding 3000 threads consumes pid.available far more
+	// than a pod of 20 single-threaded processes: rank by tasks when measured.
+	threads := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "threads", Namespace: "ns", UID: "threads"}}
+	forks := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forks", Namespace: "ns", UID: "forks"}}
+	stats := PodStatsByUID{
+		"threads": {Processes: ptr(int64(2)), Tasks: ptr(int64(3000))},
+		"forks":   {Processes: ptr(int64(20)), Tasks: ptr(int64(20))},
+	}
+	infos := []podInfo{newPodInfo(forks, stats, SignalPIDAvailable, FilesystemLayout{}), newPodInfo(threads, stats, SignalPIDAvailable, FilesystemLayout{})}
+	rankPods(infos, SignalPIDAvailable)
+	if infos[0].pod.Name != "threads" {
+		t.Fatalf("ranked %s first; the pod holding 3000 tasks must go first", infos[0].pod.Name)
+	}
+	if got := rankReason(&infos[0], SignalPIDAvailable, 1, 2); !strings.Contains(got, "3000 tasks (threads included)") {
+		t.Errorf("reason %q does not say it counted tasks", got)
+	}
+	if got := expectedReclaim(&infos[0], SignalPIDAvailable); got != 3000 {
+		t.Errorf("expected reclaim %d, want 3000 tasks", got)
 	}
 }

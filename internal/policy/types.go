@@ -168,8 +168,13 @@ type VolumeStats struct {
 type PodStats struct {
 	MemoryWorkingSet *int64
 	Processes        *int64
-	Containers       map[string]ContainerStats
-	Volumes          map[string]VolumeStats
+	// Tasks counts threads too (the pod cgroup's pids.current): what
+	// pid.available measures. PID ranking prefers it to Processes, which a pod
+	// of few processes with thousands of threads would slip past (the
+	// kubelet ranks by process count).
+	Tasks      *int64
+	Containers map[string]ContainerStats
+	Volumes    map[string]VolumeStats
 	// EphemeralStorageBytes is the pod's total local ephemeral storage use
 	// (writable layers, logs, local volumes). When nil it is derived from
 	// Containers and the pod's local volumes.
