@@ -390,6 +390,19 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 			}
 		}
 	}
+	if res == ResourceEphemeralStorage {
+		// The kubelet's message names only containers; a pod filling an
+		// emptyDir would read as using next to nothing. Name its volumes too.
+		var vols []string
+		for _, name := range localVolumeNames(p.pod) {
+			if vs, ok := p.stats.Volumes[name]; ok && vs.UsedBytes != nil && *vs.UsedBytes > 0 {
+				vols = append(vols, fmt.Sprintf("%s %s", name, fmtBytes(*vs.UsedBytes)))
+			}
+		}
+		if len(vols) > 0 {
+			fmt.Fprintf(&b, "Pod local volumes were using %s. ", strings.Join(vols, ", "))
+		}
+	}
 	ann := map[string]string{
 		"offending_containers":       strings.Join(names, ","),
 		"offending_containers_usage": strings.Join(usages, ","),

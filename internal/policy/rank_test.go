@@ -305,3 +305,17 @@ func TestRankPIDs_ThreadsCountWhenMeasured(t *testing.T) {
 		t.Errorf("expected reclaim %d, want 3000 tasks", got)
 	}
 }
+
+func TestEvictionMessage_DiskNamesThePodsLocalVolumes(t *testing.T) {
+	used := int64(2 << 30)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: "ns", UID: "filler"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c"}},
+			Volumes: []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}}}
+	stats := PodStatsByUID{"filler": {Volumes: map[string]VolumeStats{"scratch": {UsedBytes: &used}}}}
+	p := newPodInfo(pod, stats, SignalNodeFsAvailable, FilesystemLayout{})
+	th := Threshold{Signal: SignalNodeFsAvailable, Value: ThresholdValue{Percentage: 0.1}, Raw: "10%"}
+	msg, _ := evictionMessage(&p, th, Observation{Available: 1 << 30, Capacity: 100 << 30})
+	if !strings.Contains(msg, "Pod local volumes were using scratch 2Gi. ") {
+		t.Fatalf("message %q does not name the emptyDir that holds the space", msg)
+	}
+}
