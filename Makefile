@@ -8,7 +8,7 @@ DEPS     :=
 TIERS    :=
 FUZZTIME ?= 10s
 
-.PHONY: all build image test test-unit test-fuzz deps lint bench demo clean
+.PHONY: all build image test test-unit test-fuzz deps lint bench demo demo-simulate clean
 
 all: build
 
@@ -46,7 +46,12 @@ lint:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
-demo: build
+# make demo: boot a local one-node cluster, deploy evictiond, play one memory
+# pressure episode and narrate it, clean up (mk/e2e.mk, demo-cluster).
+demo: demo-cluster
+
+# make demo-simulate: the same decision path on a shipped scenario, no cluster.
+demo-simulate: build
 	./$(BIN) simulate -f examples/memory-pressure.yaml -o text
 
 clean:

@@ -35,9 +35,8 @@ bench-ramp: k8s-binaries e2e-deps
 	EVICTIOND_K8S_BIN=$(K8S_BIN) BENCH_RAMP_OUT=$(abspath $(BENCH_RAMP_OUT)) BENCH_RAMP_SETUPS=$(BENCH_RAMP_SETUPS) \
 		$(GO) test -tags 'e2e bench_ramp' -count=1 -timeout 60m -run '^TestBenchRamp$$' -v ./test/e2e/
 
-# make demo-cluster: the newcomer's first command — boots the local cluster, deploys
-# evictiond, plays one memory-pressure episode, narrates it, cleans up. (The top-level
-# `demo` target still runs the simulator; pointing it here is the lead's call.)
+# make demo-cluster (what `make demo` runs): the newcomer's first command — boots the local
+# cluster, deploys evictiond, plays one memory-pressure episode, narrates it, cleans up.
 .PHONY: demo-cluster
 demo-cluster: k8s-binaries e2e-deps
 	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags 'e2e demo' -count=1 -timeout 15m -run '^TestDemo$$' -v ./test/e2e/ \
