@@ -43,6 +43,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // K8sVersion is the Kubernetes release whose binaries the environment runs.
@@ -90,10 +92,10 @@ type Env struct {
 	CACertPEM []byte
 
 	opts      Options
-	etcd      *process
-	apiserver *process
-	kcm       *process
-	scheduler *process
+	etcd      *proc.Process
+	apiserver *proc.Process
+	kcm       *proc.Process
+	scheduler *proc.Process
 	probes    int
 }
 
@@ -158,11 +160,11 @@ func Start(opts Options) (*Env, error) {
 	if shm, err := os.MkdirTemp("/dev/shm", "evictiond-etcd-"); err == nil {
 		etcdDataDir = shm
 	}
-	env.etcd = &process{
-		name:    "etcd",
-		path:    resolvedEtcd,
-		logPath: filepath.Join(dir, "etcd.log"),
-		args: []string{
+	env.etcd = &proc.Process{
+		Name:    "etcd",
+		Path:    resolvedEtcd,
+		LogPath: filepath.Join(dir, "etcd.log"),
+		Args: []string{
 			"--name=default",
 			"--data-dir=" + etcdDataDir,
 			"--listen-client-urls=" + etcdClientURL,
@@ -174,7 +176,7 @@ func Start(opts Options) (*Env, error) {
 			"--log-level=warn",
 		},
 	}
-	if err := env.etcd.start(); err != nil {
+	if err := env.etcd.Start(); err != nil {
 		return fail(err)
 	}
 	if err := waitHTTP(env.etcd, etcdClientURL+"/health", opts.StartTimeout); err != nil {
@@ -221,11 +223,11 @@ func Start(opts Options) (*Env, error) {
 			"--audit-log-format=json",
 		)
 	}
-	env.apiserver = &process{
-		name:    "kube-apiserver",
-		path:    bins["kube-apiserver"],
-		logPath: filepath.Join(dir, "kube-apiserver.log"),
-		args:    append(apiArgs, opts.ExtraAPIServerArgs...),
+	env.apiserver = &proc.Process{
+		Name:    "kube-apiserver",
+		Path:    bins["kube-apiserver"],
+		LogPath: filepath.Join(dir, "kube-apiserver.log"),
+		Args:    append(apiArgs, opts.ExtraAPIServerArgs...),
 	}
 
 	env.Config = &rest.Config{
@@ -247,11 +249,11 @@ func Start(opts Options) (*Env, error) {
 		return fail(err)
 	}
 
-	env.kcm = &process{
-		name:    "kube-controller-manager",
-		path:    bins["kube-controller-manager"],
-		logPath: filepath.Join(dir, "kube-controller-manager.log"),
-		args: []string{
+	env.kcm = &proc.Process{
+		Name:    "kube-controller-manager",
+		Path:    bins["kube-controller-manager"],
+		LogPath: filepath.Join(dir, "kube-controller-manager.log"),
+		Args: []string{
 			"--kubeconfig=" + env.KubeconfigPath,
 			"--controllers=disruption-controller,serviceaccount-controller,serviceaccount-token-controller," +
 				"root-ca-certificate-publisher-controller,garbage-collector-controller,namespace-controller",
@@ -262,32 +264,32 @@ func Start(opts Options) (*Env, error) {
 			"--v=1",
 		},
 	}
-	if err := env.kcm.start(); err != nil {
+	if err := env.kcm.Start(); err != nil {
 		return fail(err)
 	}
 	if err := env.waitControllers(opts.StartTimeout); err != nil {
 		return fail(err)
 	}
 	if opts.Scheduler {
-		env.scheduler = &process{
-			name:    "kube-scheduler",
-			path:    bins["kube-scheduler"],
-			logPath: filepath.Join(dir, "kube-scheduler.log"),
-			args: []string{
+		env.scheduler = &proc.Process{
+			Name:    "kube-scheduler",
+			Path:    bins["kube-scheduler"],
+			LogPath: filepath.Join(dir, "kube-scheduler.log"),
+			Args: []string{
 				"--kubeconfig=" + env.KubeconfigPath,
 				"--leader-elect=false",
 				"--secure-port=0",
 				"--v=1",
 			},
 		}
-		if err := env.scheduler.start(); err != nil {
+		if err := env.scheduler.Start(); err != nil {
 			return fail(err)
 		}
 		// The scheduler has no health endpoint with --secure-port=0; a quick exit (bad
 		// flags, no API access) shows within a moment.
 		time.Sleep(time.Second)
-		if !env.scheduler.running() {
-			return fail(env.scheduler.failure(errors.New("exited right after start")))
+		if !env.scheduler.Running() {
+			return fail(env.scheduler.Failure(errors.New("exited right after start")))
 		}
 	}
 	return env, nil
@@ -311,7 +313,7 @@ func DefaultBinDir() string {
 // running, so a test can observe a client's behaviour while the API is unreachable.
 func (e *Env) StopAPIServer() {
 	if e.apiserver != nil {
-		e.apiserver.stop(0)
+		e.apiserver.Stop(0)
 	}
 }
 
@@ -322,10 +324,10 @@ func (e *Env) StopAPIServer() {
 // reconnect with a back-off of up to 30 s (a namespace created meanwhile gets its default
 // ServiceAccount late, and pods in it are refused), and waits until it works.
 func (e *Env) StartAPIServer() error {
-	if e.apiserver.running() {
+	if e.apiserver.Running() {
 		return nil
 	}
-	if err := e.apiserver.start(); err != nil {
+	if err := e.apiserver.Start(); err != nil {
 		return err
 	}
 	if err := e.waitReady(e.opts.StartTimeout); err != nil {
@@ -334,8 +336,8 @@ func (e *Env) StartAPIServer() error {
 	if e.kcm == nil {
 		return nil // first start: Start waits for the controllers itself
 	}
-	e.kcm.stop(10 * time.Second)
-	if err := e.kcm.start(); err != nil {
+	e.kcm.Stop(10 * time.Second)
+	if err := e.kcm.Start(); err != nil {
 		return err
 	}
 	return e.waitControllersCatchUp(e.opts.StartTimeout)
@@ -352,14 +354,14 @@ func (e *Env) waitControllersCatchUp(timeout time.Duration) error {
 		return fmt.Errorf("creating probe namespace %s: %w", name, err)
 	}
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !e.kcm.running() {
+		if !e.kcm.Running() {
 			return false, errors.New("process exited")
 		}
 		_, err := e.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
-		return e.kcm.failure(fmt.Errorf("waiting for the controllers to catch up after an API server restart: %w", err))
+		return e.kcm.Failure(fmt.Errorf("waiting for the controllers to catch up after an API server restart: %w", err))
 	}
 	_ = e.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	return nil
@@ -367,16 +369,16 @@ func (e *Env) waitControllersCatchUp(timeout time.Duration) error {
 
 // Stop stops every component and removes the working directory (unless KeepDir).
 func (e *Env) Stop() {
-	for _, p := range []*process{e.scheduler, e.kcm, e.apiserver, e.etcd} {
+	for _, p := range []*proc.Process{e.scheduler, e.kcm, e.apiserver, e.etcd} {
 		if p != nil {
-			p.stop(15 * time.Second)
+			p.Stop(15 * time.Second)
 		}
 	}
 	if e.opts.KeepDir {
 		return
 	}
 	if e.etcd != nil {
-		for _, arg := range e.etcd.args {
+		for _, arg := range e.etcd.Args {
 			if dataDir, ok := strings.CutPrefix(arg, "--data-dir="); ok {
 				_ = os.RemoveAll(dataDir)
 			}
@@ -419,7 +421,7 @@ func (e *Env) waitReady(timeout time.Duration) error {
 	defer cancel()
 	var lastErr error
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !e.apiserver.running() {
+		if !e.apiserver.Running() {
 			return false, errors.New("process exited")
 		}
 		body, err := e.Client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -433,7 +435,7 @@ func (e *Env) waitReady(timeout time.Duration) error {
 		if lastErr != nil {
 			err = fmt.Errorf("%w (last /readyz answer: %v)", err, lastErr)
 		}
-		return e.apiserver.failure(fmt.Errorf("waiting for /readyz: %w", err))
+		return e.apiserver.Failure(fmt.Errorf("waiting for /readyz: %w", err))
 	}
 	return nil
 }
@@ -444,7 +446,7 @@ func (e *Env) waitControllers(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !e.kcm.running() {
+		if !e.kcm.Running() {
 			return false, errors.New("process exited")
 		}
 		if _, err := e.Client.CoreV1().ServiceAccounts(corev1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
@@ -457,23 +459,23 @@ func (e *Env) waitControllers(timeout time.Duration) error {
 		return err == nil, nil
 	})
 	if err != nil {
-		return e.kcm.failure(fmt.Errorf("waiting for the default ServiceAccount and kube-root-ca.crt: %w", err))
+		return e.kcm.Failure(fmt.Errorf("waiting for the default ServiceAccount and kube-root-ca.crt: %w", err))
 	}
 	return nil
 }
 
 // waitHTTP polls a plain-HTTP health URL until it answers 200.
-func waitHTTP(p *process, url string, timeout time.Duration) error {
+func waitHTTP(p *proc.Process, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !p.running() {
+		if !p.Running() {
 			return false, errors.New("process exited")
 		}
 		return httpOK(ctx, url), nil
 	})
 	if err != nil {
-		return p.failure(fmt.Errorf("waiting for %s: %w", url, err))
+		return p.Failure(fmt.Errorf("waiting for %s: %w", url, err))
 	}
 	return nil
 }

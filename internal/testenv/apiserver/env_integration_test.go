@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 var env *Env
@@ -130,7 +132,7 @@ func TestSchedulerOptionSchedulesPods(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pod not scheduled within 30 s (nodeName %q, err %v); scheduler log:\n%s", got.Spec.NodeName, err, tail(withScheduler.LogPath("kube-scheduler"), 20))
+			t.Fatalf("pod not scheduled within 30 s (nodeName %q, err %v); scheduler log:\n%s", got.Spec.NodeName, err, proc.Tail(withScheduler.LogPath("kube-scheduler"), 20))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

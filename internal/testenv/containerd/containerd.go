@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // DefaultSandboxImage is the pause image containerd 1.6 asks for; tests import an image under
@@ -437,7 +439,7 @@ func (c *Containerd) unmountAllUnder(dir string) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountPath(fields[4])
+		mp := proc.UnescapeMountPath(fields[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
@@ -448,23 +450,4 @@ func (c *Containerd) unmountAllUnder(dir string) {
 			c.t.Logf("containerd cleanup: unmounting %s: %v", mp, err)
 		}
 	}
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

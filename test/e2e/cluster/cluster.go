@@ -43,6 +43,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // NodeName is the name the kubelet registers its Node under.
@@ -116,9 +117,9 @@ type Cluster struct {
 
 	opts        Options
 	host        *hostState
-	kubelet     *component
-	scheduler   *component
-	controllers *component
+	kubelet     *proc.Process
+	scheduler   *proc.Process
+	controllers *proc.Process
 }
 
 // Start boots the cluster and waits until the Node is Ready. It fails the test with the
@@ -288,11 +289,11 @@ func writeCNIConfig(confDir, ipamDir string) error {
 // taint the kubelet registers the Node with (its controller manager runs only what the API
 // tier needs).
 func (c *Cluster) startControlPlaneExtras(binDir string) error {
-	c.scheduler = &component{
-		name:    "kube-scheduler",
-		path:    filepath.Join(binDir, "kube-scheduler"),
-		logPath: filepath.Join(c.Dir, "kube-scheduler.log"),
-		args: []string{
+	c.scheduler = &proc.Process{
+		Name:    "kube-scheduler",
+		Path:    filepath.Join(binDir, "kube-scheduler"),
+		LogPath: filepath.Join(c.Dir, "kube-scheduler.log"),
+		Args: []string{
 			"--kubeconfig=" + c.KubeconfigPath,
 			"--authentication-kubeconfig=" + c.KubeconfigPath,
 			"--authorization-kubeconfig=" + c.KubeconfigPath,
@@ -302,11 +303,11 @@ func (c *Cluster) startControlPlaneExtras(binDir string) error {
 			"--v=1",
 		},
 	}
-	c.controllers = &component{
-		name:    "kube-controller-manager (workloads, node lifecycle)",
-		path:    filepath.Join(binDir, "kube-controller-manager"),
-		logPath: filepath.Join(c.Dir, "kube-controller-manager-workloads.log"),
-		args: []string{
+	c.controllers = &proc.Process{
+		Name:    "kube-controller-manager (workloads, node lifecycle)",
+		Path:    filepath.Join(binDir, "kube-controller-manager"),
+		LogPath: filepath.Join(c.Dir, "kube-controller-manager-workloads.log"),
+		Args: []string{
 			"--kubeconfig=" + c.KubeconfigPath,
 			"--controllers=daemonset-controller,deployment-controller,replicaset-controller,node-lifecycle-controller",
 			"--leader-elect=false",
@@ -314,9 +315,9 @@ func (c *Cluster) startControlPlaneExtras(binDir string) error {
 			"--v=1",
 		},
 	}
-	for _, p := range []*component{c.scheduler, c.controllers} {
-		if err := p.start(); err != nil {
-			return p.failure(err)
+	for _, p := range []*proc.Process{c.scheduler, c.controllers} {
+		if err := p.Start(); err != nil {
+			return p.Failure(err)
 		}
 	}
 	return nil
@@ -379,11 +380,11 @@ func (c *Cluster) startKubelet(binDir string) error {
 	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", cfgPath, err)
 	}
-	c.kubelet = &component{
-		name:    "kubelet",
-		path:    filepath.Join(binDir, "kubelet"),
-		logPath: filepath.Join(c.Dir, "kubelet.log"),
-		args: []string{
+	c.kubelet = &proc.Process{
+		Name:    "kubelet",
+		Path:    filepath.Join(binDir, "kubelet"),
+		LogPath: filepath.Join(c.Dir, "kubelet.log"),
+		Args: []string{
 			"--config=" + cfgPath,
 			"--kubeconfig=" + c.KubeconfigPath,
 			"--root-dir=" + c.KubeletRootDir,
@@ -395,8 +396,8 @@ func (c *Cluster) startKubelet(binDir string) error {
 			"--v=2",
 		},
 	}
-	if err := c.kubelet.start(); err != nil {
-		return c.kubelet.failure(err)
+	if err := c.kubelet.Start(); err != nil {
+		return c.kubelet.Failure(err)
 	}
 	return nil
 }
@@ -408,9 +409,9 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 	var last string
 	var exited error // a component that died: reported as is, with its own log
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		for _, p := range []*component{c.kubelet, c.scheduler, c.controllers} {
-			if !p.running() {
-				exited = p.failure(errors.New("exited during the boot"))
+		for _, p := range []*proc.Process{c.kubelet, c.scheduler, c.controllers} {
+			if !p.Running() {
+				exited = p.Failure(errors.New("exited during the boot"))
 				return false, exited
 			}
 		}
@@ -439,7 +440,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context) error {
 		return exited
 	}
 	if err != nil {
-		return c.kubelet.failure(fmt.Errorf("waiting for node %s to be Ready: %w (last seen: %s)", NodeName, err, last))
+		return c.kubelet.Failure(fmt.Errorf("waiting for node %s to be Ready: %w (last seen: %s)", NodeName, err, last))
 	}
 	return nil
 }
@@ -474,7 +475,7 @@ func (c *Cluster) LogPath(component string) string {
 
 // LogTail returns the last n lines of a component's log (see LogPath).
 func (c *Cluster) LogTail(component string, n int) string {
-	return tailFile(c.LogPath(component), n)
+	return proc.Tail(c.LogPath(component), n)
 }
 
 func (c *Cluster) stopComponents(t testing.TB) {
@@ -483,9 +484,9 @@ func (c *Cluster) stopComponents(t testing.TB) {
 			t.Logf("--- last lines of %s ---\n%s", name, c.LogTail(name, 30))
 		}
 	}
-	c.kubelet.stop(20 * time.Second)
-	c.scheduler.stop(10 * time.Second)
-	c.controllers.stop(10 * time.Second)
+	c.kubelet.Stop(20 * time.Second)
+	c.scheduler.Stop(10 * time.Second)
+	c.controllers.Stop(10 * time.Second)
 }
 
 // cleanupHost runs after every process is gone: unmount what the kubelet mounted, restore

@@ -27,6 +27,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // Where deploy/ puts evictiond; the e2e overlay keeps these names.
@@ -329,5 +331,5 @@ func (c *Cluster) EvictiondLogTail(n int) string {
 	if err != nil {
 		return fmt.Sprintf("(no evictiond log: %v)", err)
 	}
-	return tailFile(path, n)
+	return proc.Tail(path, n)
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // The kubelet and the CNI bridge plugin change host state outside the cluster's directory.
@@ -177,7 +179,7 @@ func unmountAllUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountPath(fields[4])
+		mp := proc.UnescapeMountPath(fields[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			points = append(points, mp)
 		}
@@ -191,25 +193,6 @@ func unmountAllUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // memTotalBytes is the machine's memory capacity as cAdvisor, and so the kubelet, sees it.

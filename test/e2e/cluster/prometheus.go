@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // Prometheus is a Prometheus server discovering pods through the cluster's API server, with
@@ -28,7 +30,7 @@ import (
 type Prometheus struct {
 	// URL is the server's base URL on loopback.
 	URL  string
-	proc *component
+	proc *proc.Process
 }
 
 // StartPrometheus starts Prometheus with a 1 s scrape interval and registers its stop.
@@ -92,25 +94,25 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	p := &Prometheus{URL: "http://127.0.0.1:" + strconv.Itoa(ports[0])}
-	p.proc = &component{
-		name:    "prometheus",
-		path:    bin,
-		logPath: filepath.Join(c.Dir, "prometheus.log"),
-		args: []string{
+	p.proc = &proc.Process{
+		Name:    "prometheus",
+		Path:    bin,
+		LogPath: filepath.Join(c.Dir, "prometheus.log"),
+		Args: []string{
 			"--config.file=" + cfgPath,
 			"--storage.tsdb.path=" + filepath.Join(dir, "data"),
 			"--web.listen-address=127.0.0.1:" + strconv.Itoa(ports[0]),
 			"--log.level=info",
 		},
 	}
-	if err := p.proc.start(); err != nil {
-		t.Fatal(p.proc.failure(err))
+	if err := p.proc.Start(); err != nil {
+		t.Fatal(p.proc.Failure(err))
 	}
-	t.Cleanup(func() { p.proc.stop(10 * time.Second) })
+	t.Cleanup(func() { p.proc.Stop(10 * time.Second) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !p.proc.running() {
+		if !p.proc.Running() {
 			return false, errors.New("exited")
 		}
 		resp, err := http.Get(p.URL + "/-/ready")
@@ -123,9 +125,9 @@ scrape_configs:
 	if err != nil {
 		if strings.Contains(p.LogTail(5), "field kubernetes_sd_configs not found") {
 			t.Fatalf("%s has no Kubernetes service discovery: Debian's prometheus package is built without it "+
-				"(its discovery/ has no kubernetes); set EVICTIOND_PROMETHEUS to the binary hack/prometheus.sh builds\n%v", bin, p.proc.failure(err))
+				"(its discovery/ has no kubernetes); set EVICTIOND_PROMETHEUS to the binary hack/prometheus.sh builds\n%v", bin, p.proc.Failure(err))
 		}
-		t.Fatal(p.proc.failure(fmt.Errorf("waiting for /-/ready: %w", err)))
+		t.Fatal(p.proc.Failure(fmt.Errorf("waiting for /-/ready: %w", err)))
 	}
 	return p
 }
@@ -180,4 +182,4 @@ func (p *Prometheus) Query(ctx context.Context, promql string) ([]Sample, error)
 }
 
 // LogTail returns the last n lines of Prometheus' log.
-func (p *Prometheus) LogTail(n int) string { return tailFile(p.proc.logPath, n) }
+func (p *Prometheus) LogTail(n int) string { return proc.Tail(p.proc.LogPath, n) }
