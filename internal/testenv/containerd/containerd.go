@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -350,7 +349,9 @@ func (c *Containerd) cleanup() {
 	c.Kill()
 	c.killOwnShims()
 	c.removeCgroups()
-	c.unmountAllUnder(c.Dir)
+	if err := proc.UnmountUnder(c.Dir); err != nil {
+		c.t.Logf("containerd cleanup: %v", err)
+	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		c.t.Logf("containerd cleanup: removing %s: %v", c.Dir, err)
 	}
@@ -423,31 +424,6 @@ func (c *Containerd) removeCgroups() {
 			if err := unix.Rmdir(dirs[i]); err != nil && !os.IsNotExist(err) {
 				c.t.Logf("containerd cleanup: removing cgroup %s: %v", dirs[i], err)
 			}
-		}
-	}
-}
-
-// unmountAllUnder unmounts every mount point at or below dir, deepest first.
-func (c *Containerd) unmountAllUnder(dir string) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		mp := proc.UnescapeMountPath(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	for _, mp := range points {
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
-			c.t.Logf("containerd cleanup: unmounting %s: %v", mp, err)
 		}
 	}
 }

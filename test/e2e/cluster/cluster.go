@@ -492,7 +492,7 @@ func (c *Cluster) stopComponents(t testing.TB) {
 // cleanupHost runs after every process is gone: unmount what the kubelet mounted, restore
 // host state, remove the directory.
 func (c *Cluster) cleanupHost(t testing.TB) {
-	if err := unmountAllUnder(c.Dir); err != nil {
+	if err := proc.UnmountUnder(c.Dir); err != nil {
 		t.Errorf("e2e cluster teardown: %v", err)
 	}
 	if err := c.host.restore(c.PodLogsDir, BridgeName); err != nil {

@@ -14,8 +14,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // The kubelet and the CNI bridge plugin change host state outside the cluster's directory.
@@ -163,36 +161,6 @@ func removeIfEmpty(dir string) error {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
-}
-
-// unmountAllUnder unmounts every mount point at or below dir, deepest first (the kubelet
-// bind-mounts its root dir onto itself to make it rshared, and mounts tmpfs for secrets,
-// projected tokens and memory-backed emptyDirs below it).
-func unmountAllUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("reading mountinfo: %w", err)
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		mp := proc.UnescapeMountPath(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, mp := range points {
-		// The same point can be mounted more than once (bind onto itself): EINVAL once gone.
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", mp, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // memTotalBytes is the machine's memory capacity as cAdvisor, and so the kubelet, sees it.
