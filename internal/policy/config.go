@@ -229,6 +229,9 @@ func strictError(err error, doc []byte) FieldError {
 		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
 			field := strings.Trim(rest, `"`)
 			value, found := jsonAt(doc, field)
+			if field == "" || strings.HasSuffix(field, ".") {
+				field += "(empty key)" // YAML allows an empty mapping key
+			}
 			if !found {
 				value = field
 			}

@@ -121,6 +121,9 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	if q.Sign() <= 0 {
 		return nil, "", fmt.Errorf("eviction threshold must be positive")
 	}
+	if q.CmpInt64(math.MaxInt64) > 0 {
+		return nil, "", fmt.Errorf("eviction threshold must be at most 8Ei")
+	}
 	return &ThresholdValue{Quantity: &q}, val, nil
 }
 
@@ -157,6 +160,9 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	}
 	if q.Sign() < 0 {
 		return nil, fmt.Errorf("negative eviction minimum reclaim")
+	}
+	if q.CmpInt64(math.MaxInt64) > 0 {
+		return nil, fmt.Errorf("eviction minimum reclaim must be at most 8Ei")
 	}
 	return &ThresholdValue{Quantity: &q}, nil
 }
