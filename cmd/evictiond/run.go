@@ -577,8 +577,7 @@ func (c criReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig 
 type criStopper struct{ ref *reclaimerRef }
 
 func (c criStopper) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
-	_, err := c.ref.current().r.StopPod(ctx, uid, 0)
-	return err
+	return c.ref.current().r.StopPodSandboxByPodUID(ctx, uid)
 }
 
 // evictorChanged says whether the evictor must be rebuilt for next.

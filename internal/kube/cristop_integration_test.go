@@ -13,6 +13,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	"github.com/evictiond/evictiond/internal/reclaim"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
 	"github.com/evictiond/evictiond/internal/testenv/images"
 )
@@ -46,7 +47,7 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 	runSandbox := func(name, uid string) string {
 		id, err := rt.RunPodSandbox(ctx, &runtimeapi.PodSandboxConfig{
 			Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: n.namespace, Uid: uid},
-			Labels:   map[string]string{podUIDLabel: uid, "io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": n.namespace},
+			Labels:   map[string]string{"io.kubernetes.pod.uid": uid, "io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": n.namespace},
 			Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
 			}},
@@ -67,8 +68,13 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 	}
 
 	journal := filepath.Join(t.TempDir(), "local-stops.json")
+	stopper, err := reclaim.New(reclaim.Options{RuntimeEndpoint: ctrd.Endpoint, StateFile: filepath.Join(t.TempDir(), "images.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopper.Close() })
 	withLocalStop := func(o *EvictorOptions) {
-		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: CRIPodStopper{Runtime: rt}, After: 2 * time.Second, JournalPath: journal}
+		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: stopper, After: 2 * time.Second, JournalPath: journal}
 		o.APITimeout = 2 * time.Second
 	}
 	ev := newTestEvictor(t, n, inf, withLocalStop)
@@ -98,7 +104,7 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 		t.Fatalf("bystander sandbox state = %s, want still running", got)
 	}
 	// Idempotent: stopping a pod whose sandbox is already stopped is no error.
-	if err := (CRIPodStopper{Runtime: rt}).StopPodSandboxByPodUID(ctx, hog.UID); err != nil {
+	if err := stopper.StopPodSandboxByPodUID(ctx, hog.UID); err != nil {
 		t.Fatalf("second stop: %v", err)
 	}
 

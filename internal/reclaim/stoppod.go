@@ -67,3 +67,14 @@ func (r *Reclaimer) StopPod(ctx context.Context, uid types.UID, grace time.Durat
 	}
 	return stopped, nil
 }
+
+// LocalStopGrace is the grace a local stop gives containers, as the kubelet's
+// runtime manager gives at least 2 s to a hard eviction's 1 s.
+const LocalStopGrace = 2 * time.Second
+
+// StopPodSandboxByPodUID is StopPod with LocalStopGrace, so a Reclaimer is the
+// evictor's LocalPodStopper (internal/kube) as it is: one CRI client per agent.
+func (r *Reclaimer) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
+	_, err := r.StopPod(ctx, uid, LocalStopGrace)
+	return err
+}
