@@ -121,7 +121,7 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	if q.Sign() <= 0 {
 		return nil, "", fmt.Errorf("eviction threshold must be positive")
 	}
-	if q.CmpInt64(math.MaxInt64) > 0 {
+	if tooLarge(q) {
 		return nil, "", fmt.Errorf("eviction threshold must be at most 8Ei")
 	}
 	return &ThresholdValue{Quantity: &q}, val, nil
@@ -161,11 +161,22 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	if q.Sign() < 0 {
 		return nil, fmt.Errorf("negative eviction minimum reclaim")
 	}
-	if q.CmpInt64(math.MaxInt64) > 0 {
+	if tooLarge(q) {
 		return nil, fmt.Errorf("eviction minimum reclaim must be at most 8Ei")
 	}
 	return &ThresholdValue{Quantity: &q}, nil
 }
+
+// FitsInt64 reports whether q fits the int64 the engine computes in. It uses
+// the float approximation: exact arithmetic on a quantity with a huge
+// exponent ("1E10000000000") builds the power in big.Int and never returns,
+// so every user-supplied quantity is checked with this before any other use.
+func FitsInt64(q resource.Quantity) bool {
+	f := q.AsApproximateFloat64()
+	return !math.IsNaN(f) && !math.IsInf(f, 0) && f < math.MaxInt64 && f > math.MinInt64
+}
+
+func tooLarge(q resource.Quantity) bool { return !FitsInt64(q) }
 
 // ParseFlagForm parses the kubelet's flag form of a signal map:
 // "memory.available<500Mi,nodefs.available<10%" for thresholds (sep "<", and

@@ -404,7 +404,7 @@ func reclaim(plan *policy.NodeReclaim, reclaimable map[string]string, obs policy
 		var amount int64
 		if v, ok := reclaimable[string(step)]; ok {
 			q, err := resource.ParseQuantity(v)
-			if err != nil || q.Sign() < 0 {
+			if err != nil || !policy.FitsInt64(q) || q.Sign() < 0 {
 				return nil, nil, Error{field + ".reclaimable[" + string(step) + "]", v, "must be a non-negative quantity"}
 			}
 			amount = q.Value()
@@ -526,6 +526,9 @@ func parseQuantity(field, v string) (int64, error) {
 	q, err := resource.ParseQuantity(v)
 	if err != nil {
 		return 0, Error{field, v, "must be a quantity like 500Mi"}
+	}
+	if !policy.FitsInt64(q) {
+		return 0, Error{field, v, "must be at most 8Ei"}
 	}
 	if q.Sign() < 0 {
 		return 0, Error{field, v, "must not be negative"}
