@@ -117,6 +117,25 @@ func diskUsage(pod *v1.Pod, st PodStats, u fsUsage) int64 {
 	return total
 }
 
+// diskMeasured reports whether any of the usage a disk signal ranks by was
+// measured for the pod (a new pod's disk usage waits for the next
+// housekeeping; until then it has no stats, rather than "uses nothing").
+func diskMeasured(pod *v1.Pod, st PodStats, u fsUsage) bool {
+	for _, c := range st.Containers {
+		if u.root && (c.RootfsBytes != nil || c.RootfsInodes != nil) || u.logs && (c.LogsBytes != nil || c.LogsInodes != nil) {
+			return true
+		}
+	}
+	if u.localVolumes {
+		for _, name := range localVolumeNames(pod) {
+			if vs, ok := st.Volumes[name]; ok && (vs.UsedBytes != nil || vs.InodesUsed != nil) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func podPriority(pod *v1.Pod) int32 {
 	if pod.Spec.Priority != nil {
 		return *pod.Spec.Priority
@@ -186,6 +205,8 @@ func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLay
 		pi.hasStats = pi.stats.MemoryWorkingSet != nil
 	case s.Resource() == ResourcePIDs:
 		pi.hasStats = pi.stats.Tasks != nil || pi.stats.Processes != nil
+	case s.Resource() == ResourceEphemeralStorage || s.Resource() == ResourceInodes:
+		pi.hasStats = diskMeasured(pod, pi.stats, rankUsage(s, layout))
 	}
 	if pi.hasStats {
 		pi.memUsage = val(pi.stats.MemoryWorkingSet)

@@ -319,3 +319,19 @@ func TestEvictionMessage_DiskNamesThePodsLocalVolumes(t *testing.T) {
 		t.Fatalf("message %q does not name the emptyDir that holds the space", msg)
 	}
 }
+
+func TestRankDisk_UnmeasuredDiskUsageRanksAsWithoutStats(t *testing.T) {
+	// Seen end to end: a new pod filling an emptyDir, whose disk usage the
+	// housekeeping had not measured yet, ranked after a bystander using 4Ki.
+	small := int64(4 << 10)
+	filler := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: "ns", UID: "filler"},
+		Spec: v1.PodSpec{Volumes: []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}}}
+	bystander := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bystander", Namespace: "ns", UID: "bystander"}}
+	stats := PodStatsByUID{
+		"filler":    {Containers: map[string]ContainerStats{"c": {}}, Volumes: map[string]VolumeStats{}},
+		"bystander": {Containers: map[string]ContainerStats{"c": {RootfsBytes: &small}}},
+	}
+	if got := rankFor([]*v1.Pod{bystander, filler}, stats, SignalNodeFsAvailable, FilesystemLayout{}); !strings.HasPrefix(got, "filler") {
+		t.Fatalf("ranking %s; the pod whose disk usage was not measured must rank first", got)
+	}
+}
