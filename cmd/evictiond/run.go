@@ -405,8 +405,12 @@ func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.L
 			PerMinute: c.RateLimits.PerMinute, Burst: c.RateLimits.Burst, CoolDown: c.RateLimits.Cooldown},
 		LocalStop: kube.LocalStopOptions{Enabled: c.APIUnreachable.CRIStop, After: c.APIUnreachable.After,
 			Stopper: criStopper{rc}, JournalPath: journal},
-		WaitForGone: c.PodCleanupTimeout,
-		Logger:      log.With("component", "evictor")}
+		// The policy engine waits for the victim (up to loop.podCleanupTimeout,
+		// crediting its expected reclaim) without blocking the loop, so
+		// reloads, wakes and metrics keep flowing meanwhile.
+		WaitForGone:      -1,
+		PendingCreditTTL: c.PodCleanupTimeout,
+		Logger:           log.With("component", "evictor")}
 }
 
 // notifyOptions arms the fast path on kubepods, the cgroup the monitor

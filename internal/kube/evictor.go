@@ -103,6 +103,8 @@ type EvictorOptions struct {
 	RateLimit RateLimitOptions
 	// LocalStop is the CRI stop while the API server is unreachable.
 	LocalStop LocalStopOptions
+	// WaitForGone < 0: Evict does not wait at all; the caller tracks the victim
+	// (the daemon's policy engine does, without blocking its loop).
 	// WaitForGone bounds how long Evict waits for its victim to be gone (config
 	// loop.podCleanupTimeout). Default 30 s, the kubelet's pod cleanup timeout.
 	WaitForGone time.Duration
@@ -144,7 +146,7 @@ func (o *EvictorOptions) setDefaults() {
 	if o.LocalStop.After <= 0 {
 		o.LocalStop.After = 10 * time.Second
 	}
-	if o.WaitForGone <= 0 {
+	if o.WaitForGone == 0 {
 		o.WaitForGone = 30 * time.Second
 	}
 	if o.PendingCreditTTL <= 0 {
@@ -470,6 +472,9 @@ func (e *Evictor) afterEviction(ctx context.Context, c Candidate, outcome Outcom
 	}
 	e.mu.Unlock()
 
+	if e.opts.WaitForGone < 0 {
+		return res
+	}
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, e.opts.WaitForGone, true, func(context.Context) (bool, error) {
 		return e.podGone(podKey(c.Pod), c.Pod.UID), nil
