@@ -74,6 +74,7 @@ type Config struct {
 	Exclusions     ExclusionConfig
 	NodeStatus     NodeStatusConfig
 	Reclaim        ReclaimConfig
+	Brake          BrakeConfig
 	DryRun         bool
 
 	// Normalized is the document with every default applied.
@@ -611,6 +612,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	} else if !strings.HasPrefix(cfg.Reclaim.ImageStateFile, "/") {
 		c.fail("reclaim.imageGC.stateFile", "", r.ImageGC.StateFile, "must be an absolute path")
 	}
+	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
 	cfg.DryRun = raw.DryRun
 
 	if len(c.errs) > 0 {
@@ -676,6 +678,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 	rc := cfg.Reclaim
 	n.Reclaim = ReclaimSettings{CRIEndpoint: rc.CRIEndpoint, ContainerGC: ptr(rc.ContainerGC), PodLogs: ptr(rc.PodLogs),
 		ImageGC: ImageGCSettings{Enabled: ptr(rc.ImageGC), MinAge: rc.ImageMinAge.String(), PinnedImages: rc.PinnedImages, StateFile: rc.ImageStateFile}}
+	n.Brake = normalizeBrake(cfg.Brake)
 	return n
 }
 

@@ -56,6 +56,7 @@ type EvictionConfiguration struct {
 	Exclusions ExclusionSettings  `json:"exclusions"`
 	NodeStatus NodeStatusSettings `json:"nodeStatus"`
 	Reclaim    ReclaimSettings    `json:"reclaim"`
+	Brake      BrakeSettings      `json:"brake"`
 	// DryRun runs the whole decision path and reports "would evict" / "would
 	// remove" without any write but Events and metrics.
 	DryRun bool `json:"dryRun"`
@@ -226,6 +227,32 @@ type ImageGCSettings struct {
 	// StateFile keeps first-seen and last-used times across restarts.
 	// Default /var/lib/evictiond/images.json.
 	StateFile string `json:"stateFile,omitempty"`
+}
+
+// BrakeSettings configure the brake: under a hard threshold whose resource
+// would run out before the normal eviction path completes, the victim's pod
+// cgroup is frozen before its eviction is requested and killed on the node
+// once the API server accepts it (docs/fast-path.md).
+type BrakeSettings struct {
+	// Enabled: default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// EvictionPath is how long the normal eviction path takes (eviction
+	// accepted -> pod gone): "measured" (default) keeps a moving estimate of
+	// this node's hard evictions, or a duration fixes it.
+	EvictionPath string `json:"evictionPath,omitempty"`
+	// InitialEvictionPath is the estimate until the first hard eviction is
+	// measured. Default 2s.
+	InitialEvictionPath string `json:"initialEvictionPath,omitempty"`
+	// SafetyFactor: the brake fires when the time to exhaustion is below
+	// SafetyFactor × the eviction path. Default 1.5; 1 to 10.
+	SafetyFactor float64 `json:"safetyFactor,omitempty"`
+	// MaxFreeze bounds how long a pod stays frozen whatever happens (the
+	// API server slow or down); then it is thawed. Default 15s.
+	MaxFreeze string `json:"maxFreeze,omitempty"`
+	// SampleInterval: when the rate at hand was averaged over more than
+	// 100ms, the loop reads again after this long to know the rate now.
+	// Default 10ms.
+	SampleInterval string `json:"sampleInterval,omitempty"`
 }
 
 // SignalMap is a signal -> value map. In YAML it is either a mapping

@@ -92,6 +92,12 @@ type pendingEviction struct {
 	expected  int64
 	evictedAt time.Time
 	goneAt    time.Time
+	// braked: the brake killed it on the node, so its departure does not
+	// measure the normal eviction path.
+	braked bool
+	// hard: evicted with the hard grace period; only those measure the path
+	// the brake races against (soft ones wait out a longer grace).
+	hard bool
 }
 
 // Engine carries the state the kubelet's eviction manager keeps between
@@ -106,6 +112,7 @@ type Engine struct {
 	thresholdsMet      []Threshold
 	lastObservations   Observations
 	pending            []*pendingEviction
+	brake              brakeState
 }
 
 // NewEngine returns an engine for cfg. self is evictiond's own pod UID, never evicted.
@@ -139,6 +146,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 	now := e.clock.Now()
 	a := &Assessment{Now: now, input: in}
 	e.updatePending(in, now)
+	e.brake.recordHistory(in.Observations, now)
 
 	thresholds := ThresholdsFor(e.cfg.Thresholds, in.Layout)
 	met := thresholdsMet(thresholds, in.Observations, false)
@@ -302,8 +310,7 @@ func expectedReclaim(p *podInfo, s Signal) int64 {
 // newer than its departure show the result; meanwhile its expected reclaim
 // is credited.
 func (e *Engine) Evicted(c Candidate) {
-	e.pending = append(e.pending, &pendingEviction{uid: c.Pod.UID, key: podKey(c.Pod), signal: c.Signal,
-		expected: c.ExpectedReclaim, evictedAt: e.clock.Now()})
+	e.EvictedAt(c, e.clock.Now())
 }
 
 // Pending lists the evictions whose effect is not yet visible, as ns/name.
@@ -338,6 +345,9 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 	for _, p := range e.pending {
 		if p.goneAt.IsZero() && !present[p.uid] {
 			p.goneAt = now
+			if p.hard && !p.braked {
+				e.observeEvictionPath(p.goneAt.Sub(p.evictedAt))
+			}
 		}
 		if !p.goneAt.IsZero() {
 			o, ok := in.Observations[settleSignal(p.signal)]

@@ -7,5 +7,5 @@ import "time"
 // for it to be gone counts from the eviction, not from the return.
 func (e *Engine) EvictedAt(c Candidate, at time.Time) {
 	e.pending = append(e.pending, &pendingEviction{uid: c.Pod.UID, key: podKey(c.Pod), signal: c.Signal,
-		expected: c.ExpectedReclaim, evictedAt: at})
+		expected: c.ExpectedReclaim, evictedAt: at, braked: c.Braked, hard: c.Hard && !c.LocalStorage})
 }

@@ -237,6 +237,10 @@ type Candidate struct {
 	// LocalStorage is set for local-storage limit violations (emptyDir
 	// sizeLimit, pod or container ephemeral-storage limit).
 	LocalStorage bool
+	// Braked is set by the agent when the brake froze this pod before its
+	// eviction and killed it on the node: its departure then says nothing
+	// about how long the normal eviction path takes.
+	Braked bool
 }
 
 // Clock is the time source of the engine; tests and simulate inject a virtual one.

@@ -1,0 +1,240 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// The brake: predictive hard-pressure handling. From consecutive fresh
+// readings the engine knows how fast a signal falls; for a met hard
+// threshold it estimates the time until the resource is gone (available
+// reaches zero: the kubepods limit or the node's memory, pid_max, a full
+// filesystem) and compares it with how long the normal eviction path takes
+// on this node. When the resource would run out first, the agent freezes the
+// victim's pod cgroup before it requests the eviction and kills it on the
+// node once the API server accepts it (internal/brake does the cgroup part).
+
+// Brake defaults.
+const (
+	DefaultBrakeInitialEvictionPath = 2 * time.Second
+	DefaultBrakeSafetyFactor        = 1.5
+	DefaultBrakeMaxFreeze           = 15 * time.Second
+	DefaultBrakeSampleInterval      = 10 * time.Millisecond
+
+	// BrakeEvictionPathMeasured is brake.evictionPath's value for "measured on
+	// this node" (the default).
+	BrakeEvictionPathMeasured = "measured"
+
+	// brakeHistory is how many readings per signal the rate estimate keeps,
+	// and brakeHistoryWindow how old the oldest may be.
+	brakeHistory       = 16
+	brakeHistoryWindow = 5 * time.Second
+	// brakeResampleSpan: a rate measured over a longer span than this may
+	// average a ramp that began within it with the calm before; the agent
+	// reads again after SampleInterval to know the rate now.
+	brakeResampleSpan = 100 * time.Millisecond
+	// evictionPathWeight is the weight of a new measurement in the moving
+	// estimate of the eviction path.
+	evictionPathWeight = 0.3
+)
+
+// BrakeConfig is the compiled BrakeSettings.
+type BrakeConfig struct {
+	Enabled bool
+	// EvictionPath, when non-zero, is the configured duration of the normal
+	// eviction path (request -> victim gone); zero means measured on this
+	// node, starting from InitialEvictionPath.
+	EvictionPath        time.Duration
+	InitialEvictionPath time.Duration
+	// SafetyFactor: brake when time to exhaustion < SafetyFactor × path.
+	SafetyFactor float64
+	// MaxFreeze bounds how long a pod stays frozen.
+	MaxFreeze time.Duration
+	// SampleInterval is how soon the agent reads again when the rate it has
+	// spans too long a time to be trusted.
+	SampleInterval time.Duration
+}
+
+// BrakeDecision is the brake's verdict on one pass's starved threshold.
+type BrakeDecision struct {
+	Signal Signal `json:"signal,omitempty"`
+	// Fire: freeze the chosen victim now, then request its eviction; kill it
+	// on the node when the eviction is accepted.
+	Fire bool `json:"fire"`
+	// Resample: not firing, but the rate is not known well enough (none, or
+	// averaged over more than 100ms); read again after SampleInterval.
+	Resample bool `json:"resample,omitempty"`
+	// Rate is how fast available falls, in the signal's unit per second
+	// (negative: it rises). Zero with RateSpan zero: unknown.
+	Rate     float64       `json:"rate"`
+	RateSpan time.Duration `json:"rateSpan"`
+	// TimeToExhaustion is available / rate; -1 when the signal does not fall.
+	TimeToExhaustion time.Duration `json:"timeToExhaustion"`
+	// EvictionPath is the normal path's duration compared against, and
+	// PathSource where it comes from ("configured", "measured", "initial").
+	EvictionPath time.Duration `json:"evictionPath"`
+	PathSource   string        `json:"pathSource,omitempty"`
+	// Reason explains the verdict in words a user can check.
+	Reason string `json:"reason"`
+}
+
+// brakeState is the engine's memory for the brake: recent readings per
+// signal and the measured eviction path.
+type brakeState struct {
+	history      map[Signal][]Observation
+	measuredPath time.Duration // moving estimate; zero until the first measurement
+	measurements int
+}
+
+// Brakeable reports whether a signal has a point where the resource is gone
+// (available reaches zero) that the brake can race against: every kubelet
+// signal; not PSI, whose "available" is headroom below 100% stall.
+func (s Signal) Brakeable() bool { return s.Valid() && !s.IsPSI() }
+
+// recordHistory keeps the fresh readings of a pass for the rate estimate.
+func (b *brakeState) recordHistory(obs Observations, now time.Time) {
+	if b.history == nil {
+		b.history = map[Signal][]Observation{}
+	}
+	for sig, o := range obs {
+		if !sig.Brakeable() {
+			continue
+		}
+		h := b.history[sig]
+		if n := len(h); n > 0 && !o.Time.After(h[n-1].Time) {
+			continue // not a new reading
+		}
+		h = append(h, o)
+		drop := 0
+		for drop < len(h)-1 && (len(h)-drop > brakeHistory || now.Sub(h[drop].Time) > brakeHistoryWindow) {
+			drop++
+		}
+		b.history[sig] = append(h[:0:0], h[drop:]...)
+	}
+}
+
+// fallRate estimates how fast available falls from a signal's readings: the
+// slope between the newest reading and the latest earlier one at least
+// minSpan older, so two readings a few microseconds apart (noise) are never
+// used. ok is false when no such pair exists.
+func fallRate(h []Observation, minSpan time.Duration) (rate float64, span time.Duration, ok bool) {
+	if len(h) < 2 {
+		return 0, 0, false
+	}
+	newest := h[len(h)-1]
+	for i := len(h) - 2; i >= 0; i-- {
+		span = newest.Time.Sub(h[i].Time)
+		if span < minSpan {
+			continue
+		}
+		return float64(h[i].Available-newest.Available) / span.Seconds(), span, true
+	}
+	return 0, 0, false
+}
+
+// timeToExhaustion is how long until available reaches zero at rate; -1
+// when it does not fall. Already at or below zero: 0.
+func timeToExhaustion(available int64, rate float64) time.Duration {
+	if rate <= 0 {
+		return -1
+	}
+	if available <= 0 {
+		return 0
+	}
+	secs := float64(available) / rate
+	if secs > float64(24*time.Hour/time.Second) {
+		return 24 * time.Hour
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// evictionPath is the normal eviction path's duration the brake compares
+// with, and where it comes from.
+func (e *Engine) evictionPath() (time.Duration, string) {
+	cfg := e.cfg.Brake
+	switch {
+	case cfg.EvictionPath > 0:
+		return cfg.EvictionPath, "configured"
+	case e.brake.measurements > 0:
+		return e.brake.measuredPath, "measured"
+	}
+	return cfg.InitialEvictionPath, "initial"
+}
+
+// EvictionPath is the moving estimate of the normal eviction path (request
+// accepted -> pod gone) measured on this node, or the configured one; for
+// the metric.
+func (e *Engine) EvictionPath() (time.Duration, string) { return e.evictionPath() }
+
+// observeEvictionPath feeds one measured request -> gone duration of a
+// graceful eviction into the moving estimate.
+func (e *Engine) observeEvictionPath(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b := &e.brake
+	if b.measurements == 0 {
+		b.measuredPath = d
+	} else {
+		b.measuredPath = time.Duration(evictionPathWeight*float64(d) + (1-evictionPathWeight)*float64(b.measuredPath))
+	}
+	b.measurements++
+}
+
+// Brake decides whether the pass's starved threshold calls for the brake.
+// It never fires for soft thresholds, PSI signals, stale readings, or a
+// signal that does not fall fast enough to run out before the normal path
+// completes: slow ramps keep the graceful path.
+func (e *Engine) Brake(a *Assessment) BrakeDecision {
+	cfg := e.cfg.Brake
+	d := BrakeDecision{TimeToExhaustion: -1}
+	d.EvictionPath, d.PathSource = e.evictionPath()
+	s := a.Starved
+	switch {
+	case s == nil:
+		d.Reason = "no threshold to act on"
+		return d
+	case !cfg.Enabled:
+		d.Signal, d.Reason = s.Threshold.Signal, "brake disabled (brake.enabled: false)"
+		return d
+	}
+	sig := s.Threshold.Signal
+	d.Signal = sig
+	switch {
+	case !s.Threshold.Hard():
+		d.Reason = "soft threshold: graceful path"
+		return d
+	case !sig.Brakeable():
+		d.Reason = fmt.Sprintf("%s has no point of exhaustion to race against", sig)
+		return d
+	case !s.Fresh:
+		d.Reason = "reading not fresh"
+		return d
+	}
+	rate, span, ok := fallRate(e.brake.history[sig], cfg.SampleInterval/2)
+	if !ok {
+		d.Resample = true
+		d.Reason = fmt.Sprintf("no rate yet: one reading of %s; reading again in %v", sig, cfg.SampleInterval)
+		return d
+	}
+	d.Rate, d.RateSpan = rate, span
+	d.TimeToExhaustion = timeToExhaustion(s.Observation.Available, rate)
+	limit := time.Duration(cfg.SafetyFactor * float64(d.EvictionPath))
+	rateText := FormatValue(sig, int64(rate)) + "/s"
+	if d.TimeToExhaustion < 0 {
+		d.Reason = fmt.Sprintf("%s not falling (%s over %v): graceful path", sig, FormatValue(sig, int64(-rate))+"/s rise", span.Round(time.Millisecond))
+	} else if d.TimeToExhaustion < limit {
+		d.Fire = true
+		d.Reason = fmt.Sprintf("%s falls %s (over %v): gone in %v, before %.1f × the %s eviction path %v: brake",
+			sig, rateText, span.Round(time.Millisecond), d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
+		return d
+	} else {
+		d.Reason = fmt.Sprintf("%s falls %s (over %v): gone in %v, after %.1f × the %s eviction path %v: graceful path",
+			sig, rateText, span.Round(time.Millisecond), d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
+	}
+	if span > brakeResampleSpan {
+		d.Resample = true
+		d.Reason += fmt.Sprintf("; rate averaged over %v, reading again in %v", span.Round(time.Millisecond), cfg.SampleInterval)
+	}
+	return d
+}
