@@ -1,0 +1,23 @@
+# cgroup v2 tier: a real cgroup v2 kernel (Debian's stock kernel, downloaded and unpacked into
+# the cache by hack/vm-kernel.sh, never installed on this machine) booted in qemu (TCG) with an
+# initramfs of busybox and static test binaries (internal/testenv/vm). The host test
+# (test/cgroup2) builds the v2 integration tests (build tags integration,cgroup2), runs them in
+# the VM and reports each guest test as one of its subtests. Needs no root on the host and no
+# lock: the VM uses none of this machine's cgroups.
+EVICTIOND_CACHE  ?= /var/cache/evictiond
+CGROUP2_PACKAGES := qemu-system-x86 busybox-static xz-utils
+CGROUP2_TIMEOUT  ?= 20m
+CGROUP2_RUN      ?= .
+
+DEPS  += cgroup2-deps
+TIERS += test-cgroup2
+
+.PHONY: cgroup2-deps test-cgroup2
+
+cgroup2-deps:
+	./hack/install-deps.sh $(CGROUP2_PACKAGES)
+	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh >/dev/null
+
+test-cgroup2: cgroup2-deps
+	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
+		$(GO) test -tags cgroup2 -count=1 -timeout $(CGROUP2_TIMEOUT) -run '$(CGROUP2_RUN)' -v ./test/cgroup2/
