@@ -2,7 +2,8 @@
 # etcd + kube-apiserver + kube-controller-manager (internal/testenv/apiserver, with its audit
 # log counting the agent's writes), a private real containerd (internal/testenv/containerd)
 # and this machine's cgroup v1 hierarchy; /metrics through Debian's promtool; the deploy/
-# kustomization through `kubectl apply --dry-run=server`. Needs root.
+# kustomization and charts/evictiond (helm template with several values files, the
+# Prometheus Operator's CRDs installed) through `kubectl apply --dry-run=server`. Needs root.
 DAEMON_PACKAGES := prometheus
 
 .PHONY: daemon-packages test-daemon bench-daemon
@@ -12,8 +13,8 @@ TIERS += test-daemon
 daemon-packages:
 	./hack/install-deps.sh $(DAEMON_PACKAGES)
 
-test-daemon: daemon-packages k8s-binaries etcd-package cri-packages
-	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 15m -run '^Test(Run|Deploy)' ./cmd/evictiond
+test-daemon: daemon-packages k8s-binaries etcd-package cri-packages helm
+	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_HELM=$(HELM) EVICTIOND_PROMETHEUS_OPERATOR_CRDS=$$(./hack/prometheus-operator-crds.sh) $(GO) test -tags integration -count=1 -timeout 15m -run '^Test(Run|Deploy)' ./cmd/evictiond
 
 # Figures for the closing note: binary size, image size, and RSS / CPU of an idle agent
 # (bin/evictiond, a real process against the test control plane) over 60 s.

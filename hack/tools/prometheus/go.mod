@@ -1,9 +1,16 @@
-// Tools module for the e2e tier's Prometheus: Debian's prometheus package is built without
-// Kubernetes service discovery, which the Prometheus scenario needs. hack/prometheus.sh
-// builds cmd/prometheus from the module proxy and caches the binary by version.
+// Tools module for the e2e tier's Prometheus and the PromQL checks: Debian's prometheus
+// package is built without Kubernetes service discovery, which the Prometheus scenario needs.
+// hack/prometheus.sh builds cmd/prometheus from the module proxy and caches the binary by
+// version. checks/ parses the dashboard's and the alerts' PromQL with Prometheus' parser
+// (make test-dashboard), which the product module does not require.
 module github.com/evictiond/evictiond/hack/tools/prometheus
 
 go 1.26.8
+
+require (
+	github.com/prometheus/prometheus v0.316.0
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
@@ -175,7 +182,6 @@ require (
 	github.com/prometheus/exporter-toolkit v0.20.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/prometheus/prometheus v0.316.0 // indirect
 	github.com/prometheus/sigv4 v0.5.0 // indirect
 	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
 	github.com/scaleway/scaleway-sdk-go v1.39.0 // indirect
@@ -247,5 +253,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )

@@ -1,0 +1,41 @@
+# Chart tier: charts/evictiond is the one source of the manifests; deploy/ is rendered from
+# it (make render-deploy). Helm is built from the Go module proxy and cached by version
+# (hack/helm.sh, tools module hack/tools/helm); nothing here needs root or a cluster. The
+# chart's objects against a real API server (with the Prometheus Operator's CRDs) are
+# checked in the daemon tier (TestDeployChart*), `helm install` in the e2e tier.
+HELM = $(shell EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/helm.sh)
+CHART := charts/evictiond
+CHART_TEST_VALUES := $(wildcard test/chart/values-*.yaml)
+
+DEPS  += helm
+TIERS += test-chart test-alerts test-dashboard
+
+.PHONY: helm render-deploy test-chart test-alerts test-dashboard
+
+helm:
+	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/helm.sh >/dev/null
+
+# After any change to the chart: regenerate deploy/ and commit both.
+render-deploy: helm
+	HELM=$(HELM) ./hack/render-deploy.sh
+
+# deploy/ equals the chart's render; helm lint (strict) with the default values and each
+# test/chart/values-*.yaml; a pool the default pool cannot exclude is refused by name.
+test-chart: helm
+	HELM=$(HELM) ./hack/render-deploy.sh --check
+	$(HELM) lint --strict $(CHART)
+	for v in $(CHART_TEST_VALUES); do $(HELM) lint --strict $(CHART) -f $$v || exit 1; done
+	@out=$$($(HELM) template x $(CHART) --set-json 'nodePools=[{"name":"gpu","nodeSelector":{"a":"1","b":"2"}}]' 2>&1); \
+		echo "$$out" | grep -q 'nodePools\[0\].nodeSelector: .* has 2 labels' || \
+		{ echo "a pool with two labels was not refused by name: $$out"; exit 1; }
+
+# The alerts (charts/evictiond/files/alerts.yaml) with Debian's promtool: syntax, then the
+# unit tests of test/alerts (each alert firing and not firing).
+test-alerts: daemon-packages
+	promtool check rules $(CHART)/files/alerts.yaml
+	promtool test rules test/alerts/alerts_test.yaml
+
+# The dashboard's and alerts' PromQL through Prometheus' own parser, naming only exported
+# metrics (tools module hack/tools/prometheus, which already requires Prometheus).
+test-dashboard:
+	cd hack/tools/prometheus && $(GO) test -count=1 ./checks
