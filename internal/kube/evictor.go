@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -464,6 +465,17 @@ func (e *Evictor) afterEviction(ctx context.Context, c Candidate, outcome Outcom
 	e.mu.Lock()
 	e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
 	e.evictedThisPass++
+	if e.opts.WaitForGone < 0 {
+		// The caller tracks the victim (and PendingReclaim is not asked):
+		// an entry here would only accumulate, one per eviction.
+		e.mu.Unlock()
+		return res
+	}
+	for uid, p := range e.pending {
+		if now.After(p.expires) {
+			delete(e.pending, uid) // PendingReclaim may never be called
+		}
+	}
 	e.pending[c.Pod.UID] = pendingEviction{
 		pod:             podKey(c.Pod),
 		signal:          c.Signal,
@@ -471,10 +483,6 @@ func (e *Evictor) afterEviction(ctx context.Context, c Candidate, outcome Outcom
 		expires:         now.Add(e.opts.WaitForGone + e.opts.PendingCreditTTL),
 	}
 	e.mu.Unlock()
-
-	if e.opts.WaitForGone < 0 {
-		return res
-	}
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, e.opts.WaitForGone, true, func(context.Context) (bool, error) {
 		return e.podGone(podKey(c.Pod), c.Pod.UID), nil
@@ -565,18 +573,31 @@ func (e *Evictor) coolDownEnd() time.Time {
 
 // stopLocally stops the candidate through the CRI because the API server cannot be
 // reached under hard pressure, and remembers it for ReportLocalStops.
+//
+// The stop is journaled before it is made (write-ahead): evictiond killed
+// between the CRI call and the journal write would otherwise leave a pod
+// stopped that nobody reports or deletes, for the kubelet to restart on a node
+// still short of the resource. A stop that fails is taken out again; one
+// journaled by a process killed before it could say whether the stop worked is
+// reported like a stop, which deletes the pod through the API the ordinary way.
 func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res Result) Result {
-	err := e.opts.LocalStop.Stopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
-	res.Attempts = append(res.Attempts, Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: OutcomeStoppedLocally, Err: err})
-	if err != nil {
-		res.Outcome, res.Err = OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
-		e.opts.Logger.Error("local stop failed", append(podAttrs(c), "err", err)...)
-		return res
-	}
 	now := e.opts.Clock.Now()
 	e.mu.Lock()
 	e.localStops = append(e.localStops, localStop{candidate: c, at: now})
 	e.persistLocalStopsLocked()
+	e.mu.Unlock()
+	err := e.opts.LocalStop.Stopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
+	res.Attempts = append(res.Attempts, Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: OutcomeStoppedLocally, Err: err})
+	if err != nil {
+		e.mu.Lock()
+		e.localStops = slices.DeleteFunc(e.localStops, func(s localStop) bool { return s.candidate.Pod.UID == c.Pod.UID && s.at.Equal(now) })
+		e.persistLocalStopsLocked()
+		e.mu.Unlock()
+		res.Outcome, res.Err = OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
+		e.opts.Logger.Error("local stop failed", append(podAttrs(c), "err", err)...)
+		return res
+	}
+	e.mu.Lock()
 	e.coolDownUntil = now.Add(e.opts.RateLimit.CoolDown)
 	e.evictedThisPass++
 	e.mu.Unlock()

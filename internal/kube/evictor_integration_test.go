@@ -4,6 +4,8 @@ package kube
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -351,16 +353,23 @@ func TestDryRunWritesNothing(t *testing.T) {
 }
 
 // recordingStopper stands in for the CRI client (owned by the reclaim package) and
-// records which pods it was asked to stop.
+// records which pods it was asked to stop, and whether the journal (if
+// journal is set) already named each of them when it was asked.
 type recordingStopper struct {
-	mu      sync.Mutex
-	stopped []types.UID
+	mu        sync.Mutex
+	journal   string
+	stopped   []types.UID
+	journaled []bool
 }
 
 func (r *recordingStopper) StopPodSandboxByPodUID(_ context.Context, uid types.UID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = append(r.stopped, uid)
+	if r.journal != "" {
+		data, _ := os.ReadFile(r.journal)
+		r.journaled = append(r.journaled, strings.Contains(string(data), string(uid)))
+	}
 	return nil
 }
 
@@ -369,9 +378,10 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 	inf := n.startInformers(t, nil)
 	pod := createPod(t, n.namespace, "hog", n.name, nil, nil)
 	waitForPodInCache(t, inf, pod)
-	stopper := &recordingStopper{}
+	journal := filepath.Join(t.TempDir(), "local-stops.json")
+	stopper := &recordingStopper{journal: journal}
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: stopper, After: 3 * time.Second}
+		o.LocalStop = LocalStopOptions{Enabled: true, Stopper: stopper, After: 3 * time.Second, JournalPath: journal}
 		o.APITimeout = 2 * time.Second
 	})
 
@@ -406,6 +416,11 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 	if len(stopper.stopped) != 1 || stopper.stopped[0] != pod.UID {
 		t.Fatalf("stopped through the CRI: %v, want [%s]", stopper.stopped, pod.UID)
 	}
+	// Write-ahead: a process killed during the CRI call still has the stop
+	// to report after its restart.
+	if !stopper.journaled[0] {
+		t.Errorf("the journal %s did not name the pod when the CRI stop was made; want it written first", journal)
+	}
 	if reported, err := ev.ReportLocalStops(context.Background()); reported != 0 || err == nil || ev.PendingLocalStops() != 1 {
 		t.Fatalf("report while the API is down: reported %d err %v pending %d; want 0, an error, 1 queued", reported, err, ev.PendingLocalStops())
 	}
@@ -417,6 +432,9 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 	reported, err := ev.ReportLocalStops(context.Background())
 	if err != nil || reported != 1 || ev.PendingLocalStops() != 0 {
 		t.Fatalf("report after the API is back: reported %d err %v pending %d", reported, err, ev.PendingLocalStops())
+	}
+	if _, err := os.Stat(journal); !os.IsNotExist(err) {
+		t.Errorf("journal %s after every stop was reported: %v; want it removed", journal, err)
 	}
 	waitForEvent(t, n.namespace, "Pod", pod.Name, EventReasonStoppedLocally)
 	waitForEvent(t, "default", "Node", n.name, EventReasonStoppedLocally)

@@ -113,6 +113,8 @@ type Engine struct {
 	lastObservations   Observations
 	pending            []*pendingEviction
 	brake              brakeState
+	// assessed is set by the first Assess (see adoptTerminating).
+	assessed bool
 }
 
 // NewEngine returns an engine for cfg. self is evictiond's own pod UID, never evicted.
@@ -145,6 +147,10 @@ func (e *Engine) SetConfig(cfg *Config) {
 func (e *Engine) Assess(in Input) *Assessment {
 	now := e.clock.Now()
 	a := &Assessment{Now: now, input: in}
+	if !e.assessed {
+		e.assessed = true
+		e.adoptTerminating(in.Pods, now)
+	}
 	e.updatePending(in, now)
 	e.brake.recordHistory(in.Observations, now)
 
@@ -352,7 +358,8 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 		if !p.goneAt.IsZero() {
 			o, ok := in.Observations[settleSignal(p.signal)]
 			settled := ok && o.Time.After(p.goneAt) && now.Sub(p.goneAt) >= e.settleWindow(p.signal)
-			if settled || isLocalStorageSignal(p.signal) && !ok {
+			// An adopted pod (no signal, see adoptTerminating) is done once gone.
+			if settled || isLocalStorageSignal(p.signal) && !ok || p.signal == "" {
 				continue
 			}
 		}
@@ -408,6 +415,10 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 	var creditFrom []string
 	for _, p := range e.pending {
 		if p.goneAt.IsZero() && now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
+			if p.signal == "" {
+				return fmt.Sprintf("waiting for %s to terminate (already terminating when evictiond started, deletion requested %v ago; up to loop.podCleanupTimeout %v)",
+					p.key, now.Sub(p.evictedAt).Round(time.Millisecond), e.cfg.PodCleanupTimeout)
+			}
 			return fmt.Sprintf("waiting for %s to terminate (evicted %v ago for %s, up to loop.podCleanupTimeout %v)",
 				p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)
 		}
