@@ -1,0 +1,205 @@
+// Package brake stops a pod at kernel speed: it freezes the pod's cgroup
+// (freezer.state on cgroup v1, cgroup.freeze on v2), thaws it, and kills
+// every task in it (cgroup.kill on v2; on v1 SIGKILL to every process, then
+// a thaw so the signals land). internal/policy decides when; the agent calls
+// this package around the eviction request. The freezer handling is
+// opencontainers/cgroups', the one runc uses.
+package brake
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	cgroupsfs "github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+)
+
+// Version is a cgroup hierarchy version.
+type Version int
+
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+// PodCgroup is a pod's cgroup as the brake needs it.
+type PodCgroup struct {
+	Version Version
+	// Dir is the pod's directory in the v1 freezer hierarchy
+	// (/sys/fs/cgroup/freezer/kubepods/burstable/pod<uid>) or in the v2
+	// unified hierarchy. The containers' cgroups are below it.
+	Dir string
+}
+
+func (c PodCgroup) String() string { return fmt.Sprintf("cgroup v%d %s", c.Version, c.Dir) }
+
+func (c PodCgroup) check() error {
+	if c.Version != V1 && c.Version != V2 {
+		return fmt.Errorf("pod cgroup %q: version %d: must be 1 or 2", c.Dir, c.Version)
+	}
+	if !filepath.IsAbs(c.Dir) {
+		return fmt.Errorf("pod cgroup: dir %q: must be an absolute path", c.Dir)
+	}
+	file := "freezer.state"
+	if c.Version == V2 {
+		file = "cgroup.freeze"
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir, file)); err != nil {
+		return fmt.Errorf("pod cgroup %s: no %s (is the freezer controller mounted and the pod cgroup there?): %w", c.Dir, file, err)
+	}
+	return nil
+}
+
+// Freeze freezes every task in the cgroup and its descendants and returns
+// once the kernel reports the cgroup frozen. On v1 a cgroup whose tasks keep
+// forking can stay FREEZING; runc's retry loop (thaw, sleep, freeze again)
+// handles that, and a cgroup that cannot be frozen is thawed back.
+func (c PodCgroup) Freeze() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	var err error
+	if c.Version == V1 {
+		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: cgroups.Frozen})
+	} else {
+		err = c.v2Manager().Freeze(cgroups.Frozen)
+	}
+	if err != nil {
+		return fmt.Errorf("freezing %s: %w", c, err)
+	}
+	return nil
+}
+
+// Thaw lets the cgroup's tasks run again.
+func (c PodCgroup) Thaw() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	var err error
+	if c.Version == V1 {
+		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: cgroups.Thawed})
+	} else {
+		err = c.v2Manager().Freeze(cgroups.Thawed)
+	}
+	if err != nil {
+		return fmt.Errorf("thawing %s: %w", c, err)
+	}
+	return nil
+}
+
+// Frozen reports whether the cgroup itself is frozen (not merely an
+// ancestor of it).
+func (c PodCgroup) Frozen() (bool, error) {
+	if err := c.check(); err != nil {
+		return false, err
+	}
+	var st cgroups.FreezerState
+	var err error
+	if c.Version == V1 {
+		st, err = (&cgroupsfs.FreezerGroup{}).GetState(c.Dir)
+	} else {
+		st, err = c.v2Manager().GetFreezerState()
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the freezer state of %s: %w", c, err)
+	}
+	return st == cgroups.Frozen, nil
+}
+
+func (c PodCgroup) v2Manager() *fs2.Manager {
+	// fs2.NewManager only fails when it must derive the path from config.
+	m, _ := fs2.NewManager(&cgroups.Cgroup{Resources: &cgroups.Resources{}}, c.Dir)
+	return m
+}
+
+// Pids lists every process in the cgroup and its descendants.
+func (c PodCgroup) Pids() ([]int, error) {
+	pids, err := cgroups.GetAllPids(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing the processes of %s: %w", c, err)
+	}
+	return pids, nil
+}
+
+// Kill ends every task in the cgroup and its descendants, frozen or not,
+// and leaves the cgroup thawed: on v2 through cgroup.kill (Linux 5.14+; a
+// frozen task dies of it), otherwise by SIGKILL to every process and, since a
+// task frozen by the v1 freezer only acts on a signal once it runs, a thaw.
+// Processes that appear meanwhile (a fork racing the freeze) are killed in
+// further rounds. It returns how many processes were signalled (on v2 with
+// cgroup.kill: how many there were) and waits, up to timeout, until no
+// process is left.
+func (c PodCgroup) Kill(timeout time.Duration) (int, error) {
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	pids, err := c.Pids()
+	if err != nil {
+		return 0, err
+	}
+	n := len(pids)
+	killed := false
+	if c.Version == V2 {
+		err := cgroups.WriteFile(c.Dir, "cgroup.kill", "1")
+		switch {
+		case err == nil:
+			killed = true
+		case errors.Is(err, fs.ErrNotExist):
+			// Older kernel: signal by hand below.
+		default:
+			return 0, fmt.Errorf("writing cgroup.kill of %s: %w", c, err)
+		}
+	}
+	if !killed {
+		n = 0
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+				n++
+			} else if !errors.Is(err, syscall.ESRCH) {
+				return n, fmt.Errorf("killing process %d of %s: %w", pid, c, err)
+			}
+		}
+	}
+	if err := c.Thaw(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return n, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left, err := c.Pids()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return n, nil // the runtime removed the cgroup already
+			}
+			return n, err
+		}
+		if len(left) == 0 {
+			return n, nil
+		}
+		if time.Now().After(deadline) {
+			return n, fmt.Errorf("%s: %d processes left %v after SIGKILL (%s)", c, len(left), timeout, pidList(left))
+		}
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // late forks; ESRCH for the dying
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func pidList(pids []int) string {
+	parts := make([]string, 0, min(len(pids), 10))
+	for i, p := range pids {
+		if i == 10 {
+			parts = append(parts, "...")
+			break
+		}
+		parts = append(parts, fmt.Sprint(p))
+	}
+	return strings.Join(parts, " ")
+}
