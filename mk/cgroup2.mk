@@ -2,8 +2,8 @@
 # the cache by hack/vm-kernel.sh, never installed on this machine) booted in qemu (TCG) with an
 # initramfs of busybox and static test binaries (internal/testenv/vm). The host test
 # (test/cgroup2) builds the v2 integration tests (build tags integration,cgroup2), runs them in
-# the VM and reports each guest test as one of its subtests. Needs no root on the host and no
-# lock: the VM uses none of this machine's cgroups.
+# the VM and reports each guest test as one of its subtests. Needs no lock: the VM uses none of
+# this machine's cgroups, and the API server it starts for the agent scenarios uses random ports.
 EVICTIOND_CACHE  ?= /var/cache/evictiond
 CGROUP2_PACKAGES := qemu-system-x86 busybox-static xz-utils
 CGROUP2_TIMEOUT  ?= 20m
@@ -18,6 +18,15 @@ cgroup2-deps:
 	./hack/install-deps.sh $(CGROUP2_PACKAGES)
 	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh >/dev/null
 
-test-cgroup2: cgroup2-deps
-	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
+# The agent scenarios run evictiond in the VM against a real etcd + kube-apiserver on this
+# machine (random loopback ports, reached from the guest through qemu's user networking).
+test-cgroup2: cgroup2-deps k8s-binaries etcd-package
+	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) EVICTIOND_K8S_BIN=$(K8S_BIN) \
 		$(GO) test -tags cgroup2 -count=1 -timeout $(CGROUP2_TIMEOUT) -run '$(CGROUP2_RUN)' -v ./test/cgroup2/
+
+# Figures of the v2 fast path, measured in the VM: crossing -> loop wake latency of a pod's
+# memory ramp (adaptive poll vs a fixed 100 ms poll) and the poll's idle CPU (docs/fast-path.md).
+.PHONY: bench-cgroup2
+bench-cgroup2: cgroup2-deps
+	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
+		$(GO) test -tags cgroup2 -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkCgroup2VM$$' -benchtime 1x -v ./test/cgroup2/

@@ -2,7 +2,7 @@
 # tests create and remove cgroups under /sys/fs/cgroup/*), /proc, statfs, the
 # embedded cAdvisor, and a private real containerd running a pod (CRI
 # imagefs, writable layers, container names). cgroup v2 and the systemd driver
-# are covered by fixture trees in the unit tests.
+# are covered by fixture trees in the unit tests and on a real v2 kernel by make test-cgroup2.
 MONITOR_PACKAGES := containerd runc busybox-static
 
 .PHONY: monitor-packages test-monitor bench-monitor

@@ -1,6 +1,7 @@
 # Kernel fast path (internal/notify): real memcgs on this machine's cgroup v1
 # memory controller, real PSI triggers (/proc/pressure and the cgroup2 hierarchy),
-# cgroup v2 memory.events from fixture trees. Needs root; nothing to install.
+# cgroup v2 memory.events from fixture trees (on a real v2 kernel: make test-cgroup2).
+# Needs root; nothing to install.
 .PHONY: test-notify bench-notify
 
 TIERS += test-notify

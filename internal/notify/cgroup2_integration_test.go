@@ -9,6 +9,8 @@ package notify
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -83,6 +85,8 @@ func readV2(dir string) (memcgSample, error) {
 	s.Limited = s.Capacity < unlimitedMemory
 	return s, nil
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // send writes a helper command without waiting for its reply (for one the
 // kernel throttles or the OOM killer ends).

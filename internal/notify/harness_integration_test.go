@@ -202,6 +202,7 @@ func monotonicNow() time.Duration {
 //
 //	ping                    -> ok
 //	alloc BYTES             -> ok <monotonic ns before the first touch> <after the last>
+//	ramp BYTES MARK         -> ok <start> <end> <when the touch reached MARK bytes>
 //	freelast                -> ok (unmaps the latest allocation)
 //	free                    -> ok (unmaps every allocation)
 //	writefile PATH BYTES    -> ok (page cache charged to this memcg)
@@ -231,6 +232,24 @@ func runHelper(in io.Reader, out io.Writer) int {
 			}
 			regions = append(regions, b)
 			reply("ok %d %d", int64(start), int64(monotonicNow()))
+		case "ramp":
+			// ramp BYTES MARK: alloc that also reports when the touch reached MARK bytes.
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			mark, _ := strconv.ParseInt(f[2], 10, 64)
+			b, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if err != nil {
+				reply("error mmap: %v", err)
+				continue
+			}
+			start, marked := monotonicNow(), time.Duration(0)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+				if marked == 0 && int64(i) >= mark {
+					marked = monotonicNow()
+				}
+			}
+			regions = append(regions, b)
+			reply("ok %d %d %d", int64(start), int64(monotonicNow()), int64(marked))
 		case "freelast":
 			if len(regions) > 0 {
 				_ = unix.Munmap(regions[len(regions)-1])

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // Manager runs the fast path: it arms the kernel notifiers, keeps the memcg
@@ -143,6 +145,7 @@ func (m *Manager) apply(next settings) error {
 	probe := m.opts
 	probe.MemcgThresholds, probe.MemoryEvents = next.MemcgThresholds, next.MemoryEvents
 	probe.PSI, probe.PollInterval, probe.Thresholds = next.PSI, next.PollInterval, next.Thresholds
+	probe.PollMinInterval = min(probe.PollMinInterval, probe.PollInterval) // fixed at New; a shorter period caps it
 	if err := probe.Validate(); err != nil {
 		return err
 	}
@@ -312,11 +315,12 @@ func (m *Manager) setPollActive(active bool) {
 		return
 	}
 	interval := m.current().PollInterval
-	m.log.Info("fast poll of the memory signals", "active", active, "interval", interval)
+	pacing := newPollPacer(min(m.opts.PollMinInterval, interval), m.opts.PollRampRate).describe(interval)
+	m.log.Info("fast poll of the memory signals", "active", active, "interval", interval, "pacing", pacing)
 	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
 		Detail: "every threshold is watched by the kernel"}
 	if active {
-		st.Mode, st.Detail = ModeArmed, fmt.Sprintf("every %v", interval)
+		st.Mode, st.Detail = ModeArmed, pacing
 	}
 	m.setStatus(st)
 }
@@ -344,23 +348,22 @@ func (m *Manager) runPoll(ctx context.Context) {
 			}
 		}
 		m.setPollActive(true)
-		interval := m.current().PollInterval
-		ticker := time.NewTicker(interval)
+		pacer := newPollPacer(m.opts.PollMinInterval, m.opts.PollRampRate)
+		timer := time.NewTimer(0)
+		<-timer.C
 		for m.pollNeeded() {
-			if now := m.current().PollInterval; now != interval {
-				interval = now
-				ticker.Reset(interval)
-			}
-			lastErr = m.pollOnce(met, lastErr)
+			var obs policy.Observations
+			obs, lastErr = m.pollRead(met, lastErr)
+			timer.Reset(pacer.next(obs, m.currentThresholds(), m.current().PollInterval))
 			select {
 			case <-ctx.Done():
-				ticker.Stop()
+				timer.Stop()
 				m.setPollActive(false)
 				return
-			case <-ticker.C:
+			case <-timer.C:
 			}
 		}
-		ticker.Stop()
+		timer.Stop()
 	}
 }
 
@@ -368,13 +371,20 @@ func (m *Manager) runPoll(ctx context.Context) {
 // changed sides since the last read (met or no longer met), as a memcg
 // threshold does in both directions.
 func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
+	_, errText := m.pollRead(met, lastErr)
+	return errText
+}
+
+// pollRead is pollOnce that also returns what it read (nil on error), for
+// the pacer.
+func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observations, string) {
 	obs, err := m.opts.ReadMemory()
 	if err != nil {
 		m.metrics.pollError()
 		if err.Error() != lastErr { // one log line per distinct error, not 10 per second
 			m.log.Warn("fast poll could not read the memory signals", "err", err)
 		}
-		return err.Error()
+		return nil, err.Error()
 	}
 	crossed := false
 	for _, t := range m.currentThresholds() {
@@ -392,5 +402,5 @@ func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
 	if crossed {
 		m.deliver(SourcePoll, pollTarget)
 	}
-	return ""
+	return obs, ""
 }

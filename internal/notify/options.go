@@ -14,12 +14,14 @@ import (
 // Bounds enforced by Validate. The PSI bounds are the kernel's
 // (kernel/sched/psi.c: window 500ms..10s, 0 < stall <= window).
 const (
-	MinPollInterval  = 10 * time.Millisecond
-	MaxPollInterval  = 10 * time.Second
-	MinRearmInterval = 100 * time.Millisecond
-	MaxRearmInterval = time.Minute
-	MinPSIWindow     = 500 * time.Millisecond
-	MaxPSIWindow     = 10 * time.Second
+	MinPollInterval = 10 * time.Millisecond
+	// MinPollMinInterval bounds PollMinInterval from below.
+	MinPollMinInterval = time.Millisecond
+	MaxPollInterval    = 10 * time.Second
+	MinRearmInterval   = 100 * time.Millisecond
+	MaxRearmInterval   = time.Minute
+	MinPSIWindow       = 500 * time.Millisecond
+	MaxPSIWindow       = 10 * time.Second
 	// unprivilegedPSIWindowStep: without CAP_SYS_RESOURCE the kernel accepts
 	// only windows that are a multiple of 2s (they ride the 2s averaging work).
 	unprivilegedPSIWindowStep = 2 * time.Second
@@ -38,6 +40,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
+	}
+	if o.PollMinInterval == 0 {
+		o.PollMinInterval = min(DefaultPollMinInterval, o.PollInterval)
+	}
+	if o.PollRampRate == 0 {
+		o.PollRampRate = DefaultPollRampRate
 	}
 	if o.RearmInterval == 0 {
 		o.RearmInterval = DefaultRearmInterval
@@ -78,6 +86,12 @@ func (o Options) Validate() error {
 	}
 	if o.PollInterval < MinPollInterval || o.PollInterval > MaxPollInterval {
 		bad("pollInterval", o.PollInterval, fmt.Sprintf("must be within %v..%v", MinPollInterval, MaxPollInterval))
+	}
+	if o.PollMinInterval < MinPollMinInterval || o.PollMinInterval > o.PollInterval {
+		bad("pollMinInterval", o.PollMinInterval, fmt.Sprintf("must be within %v..pollInterval (%v)", MinPollMinInterval, o.PollInterval))
+	}
+	if o.PollRampRate <= 0 {
+		bad("pollRampRate", o.PollRampRate, "must be > 0 bytes per second")
 	}
 	if o.RearmInterval < MinRearmInterval || o.RearmInterval > MaxRearmInterval {
 		bad("rearmInterval", o.RearmInterval, fmt.Sprintf("must be within %v..%v", MinRearmInterval, MaxRearmInterval))

@@ -152,6 +152,15 @@ type Options struct {
 
 	// PollInterval of the fast poll. Default 100ms; bounds 10ms..10s.
 	PollInterval time.Duration
+	// PollMinInterval is the shortest period of the fast poll: it reads
+	// faster than PollInterval only as a signal nears a threshold (see
+	// pollPacer). Default 5ms; bounds 1ms..PollInterval (equal to
+	// PollInterval: a fixed period).
+	PollMinInterval time.Duration
+	// PollRampRate is the fastest ramp of memory use the poll assumes
+	// possible from rest, in bytes per second: near a threshold it reads
+	// before such a ramp could cover the headroom. Default 1Gi/s.
+	PollRampRate int64
 	// RearmInterval: how often memcg thresholds are recomputed as
 	// inactive_file drifts (the kubelet uses 10s). Default 5s; bounds 100ms..1m.
 	RearmInterval time.Duration
@@ -168,13 +177,15 @@ type Options struct {
 
 // Default values.
 const (
-	DefaultCgroupRoot     = "/sys/fs/cgroup"
-	DefaultKubepodsCgroup = "kubepods"
-	DefaultProcRoot       = "/proc"
-	DefaultPollInterval   = 100 * time.Millisecond
-	DefaultRearmInterval  = 5 * time.Second
-	DefaultPSIStall       = 100 * time.Millisecond
-	DefaultPSIWindow      = 2 * time.Second
+	DefaultCgroupRoot      = "/sys/fs/cgroup"
+	DefaultKubepodsCgroup  = "kubepods"
+	DefaultProcRoot        = "/proc"
+	DefaultPollInterval    = 100 * time.Millisecond
+	DefaultPollMinInterval = 5 * time.Millisecond
+	DefaultPollRampRate    = int64(1) << 30
+	DefaultRearmInterval   = 5 * time.Second
+	DefaultPSIStall        = 100 * time.Millisecond
+	DefaultPSIWindow       = 2 * time.Second
 )
 
 // Mode of one notifier, as Status reports it.

@@ -51,9 +51,9 @@ type Event struct {
 
 const suiteMarker = "EVICTIOND-VM-SUITE"
 
-// BuildSuites builds each suite's test binary, static (CGO_ENABLED=0), into
-// dir, and lists the tests each one must report.
-func BuildSuites(ctx context.Context, dir string, suites []*Suite) error {
+// BuildSuites builds each suite's test binary, static (CGO_ENABLED=0), from
+// the module at moduleDir into dir, and lists the tests each one must report.
+func BuildSuites(ctx context.Context, moduleDir, dir string, suites []*Suite) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("vm: the go command is needed to build the guest's test binaries: %w", err)
@@ -65,6 +65,7 @@ func BuildSuites(ctx context.Context, dir string, suites []*Suite) error {
 			args = append(args, "-tags", s.Tags)
 		}
 		cmd := exec.CommandContext(ctx, goBin, append(args, s.Package)...)
+		cmd.Dir = moduleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("vm: building suite %s (go %s): %w\n%s", s.Name, strings.Join(append(args, s.Package), " "), err, out)
@@ -313,4 +314,19 @@ func lastN(lines []string, n int) []string {
 		return slices.Clone(lines[len(lines)-n:])
 	}
 	return lines
+}
+
+var benchResult = regexp.MustCompile(`^Benchmark\S+\s+\d+\s+\S+ \S+`)
+
+// BenchLines returns the benchmark result lines of a suite's output
+// ("BenchmarkX-2  30  0 ns/op  4.1 p50-ms ...").
+func (r *SuiteResult) BenchLines() []string {
+	var out []string
+	for _, ev := range r.Events {
+		line := strings.TrimSpace(ev.Output)
+		if ev.Action == "output" && benchResult.MatchString(line) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
