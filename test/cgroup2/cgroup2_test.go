@@ -125,6 +125,7 @@ func runVM(t testing.TB, ss []*vm.Suite, configure func(*vm.Options)) map[string
 	if configure != nil {
 		configure(&opts)
 	}
+	t.Cleanup(func() { keepOnFailure(t, dir) })
 	res, err := vm.Run(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -153,4 +154,23 @@ func guestKubeconfig(env *apiserver.Env) ([]byte, error) {
 	kc.Contexts["host"] = &clientcmdapi.Context{Cluster: "host", AuthInfo: "admin"}
 	kc.CurrentContext = "host"
 	return clientcmd.Write(*kc)
+}
+
+// keepOnFailure copies the VM's output and console logs out of the test's
+// temporary directory when the test failed, and says where.
+func keepOnFailure(t testing.TB, dir string) {
+	if !t.Failed() {
+		return
+	}
+	keep, err := os.MkdirTemp("", "evictiond-cgroup2-")
+	if err != nil {
+		t.Logf("keeping the VM's logs: %v", err)
+		return
+	}
+	for _, name := range []string{"output.log", "console.log"} {
+		if data, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, name), data, 0o644)
+		}
+	}
+	t.Logf("the VM's output and console logs are kept in %s", keep)
 }
