@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -262,12 +263,13 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 					log.Error("reclaim not switched to the new dryRun; keeping the previous reclaimer", "dryRun", c.DryRun, "err", err)
 				}
 			}
-			if !c.DryRun && sink.s.dryRun {
+			if !c.DryRun && (sink.s.dryRun || nodeStatusChanged(prev, c)) {
+				// A new writer reconciles the node from scratch: what the old settings
+				// published and the new ones do not is released on its first sync.
 				if next, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(c, f, log)); err != nil {
-					log.Error("node status writer not switched out of dry run", "err", err)
+					log.Error("node status writer not rebuilt for the new settings", "err", err)
 				} else {
-					sink.s.stop()
-					sink.s = next
+					sink.swap(next)
 				}
 			}
 			if evictorChanged(prev, c) {
@@ -386,8 +388,14 @@ func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.Nod
 	for cond, e := range c.NodeStatus.Taints {
 		effects[cond] = e
 	}
-	return kube.NodeStatusOptions{NodeName: f.nodeName, TaintEffects: effects, ReassertInterval: c.NodeStatus.ReassertInterval,
-		DryRun: c.DryRun, Logger: log.With("component", "nodestatus")}
+	return kube.NodeStatusOptions{NodeName: f.nodeName, Conditions: kube.ConditionsMode(c.NodeStatus.Conditions), TaintEffects: effects,
+		ReassertInterval: c.NodeStatus.ReassertInterval, DryRun: c.DryRun, Logger: log.With("component", "nodestatus")}
+}
+
+// nodeStatusChanged reports whether a reload changes the node status writer's settings.
+func nodeStatusChanged(old, next *policy.Config) bool {
+	return old.NodeStatus.Conditions != next.NodeStatus.Conditions || old.NodeStatus.ReassertInterval != next.NodeStatus.ReassertInterval ||
+		!maps.Equal(old.NodeStatus.Taints, next.NodeStatus.Taints)
 }
 
 func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.Logger) kube.EvictorOptions {
@@ -434,27 +442,38 @@ func (l informerPods) List() ([]*v1.Pod, error) {
 	return l.inf.Pods.List(labels.Everything())
 }
 
-// statusSink forwards conditions to the node status writer while
-// nodeStatus.conditions is on and the agent is not in dry run (where nothing
-// but Events and metrics is written). Turning it off releases owned entries
-// once. Used from the loop goroutine only.
+// statusSink forwards conditions to the node status writer while the agent is
+// not in dry run (where nothing but Events and metrics is written). Entering
+// dry run releases owned entries and taints once. Used from the loop goroutine
+// only.
 type statusSink struct {
 	s       *runningNodeStatus
 	enabled bool
+	last    []v1.NodeConditionType
 }
 
 func (s *statusSink) SetConditions(c []v1.NodeConditionType) {
+	s.last = c
 	if s.enabled {
 		s.s.w.SetConditions(c)
 	}
 }
 
 func (s *statusSink) update(c *policy.Config) {
-	on := c.NodeStatus.Conditions && !c.DryRun
+	on := !c.DryRun
 	if s.enabled && !on {
 		s.s.w.SetConditions(nil)
 	}
 	s.enabled = on
+}
+
+// swap replaces the writer, handing it the last conditions at once.
+func (s *statusSink) swap(next *runningNodeStatus) {
+	s.s.stop()
+	s.s = next
+	if s.enabled {
+		next.w.SetConditions(s.last)
+	}
 }
 
 // runningNodeStatus is a node status writer and its goroutine. Its dry-run

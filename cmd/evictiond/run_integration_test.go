@@ -33,6 +33,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
 	"github.com/evictiond/evictiond/internal/testenv/images"
@@ -647,9 +648,9 @@ func TestRunReloadOutOfDryRunActsAndBackIntoDryRunStops(t *testing.T) {
 	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: false"))
 	d.waitMetric(t, `evictiond_evictions_total{result="evicted",signal="memory.available"}`,
 		func(v float64) bool { return v >= 1 }, "a real eviction after leaving dry run", 30*time.Second)
-	waitNode(t, node, "the owned MemoryPressure condition and the memory taint", func(n *corev1.Node) bool {
-		c := findNodeCondition(n, corev1.NodeMemoryPressure)
-		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == "EvictiondMemoryPressure" && hasTaint(n, "evictiond.io/memory-pressure")
+	waitNode(t, node, "evictiond's EvictiondMemoryPressure condition and the memory taint", func(n *corev1.Node) bool {
+		c := findNodeCondition(n, kube.ConditionMemoryPressure)
+		return c != nil && c.Status == corev1.ConditionTrue && hasTaint(n, "evictiond.io/memory-pressure")
 	}, 15*time.Second)
 	var evicted int
 	for _, p := range pods {
@@ -671,12 +672,22 @@ func TestRunReloadOutOfDryRunActsAndBackIntoDryRunStops(t *testing.T) {
 		t.Errorf("the audit log shows no Eviction API call by evictiond")
 	}
 
-	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: true"))
-	waitNode(t, node, "the condition released and the taint removed after dryRun: true", func(n *corev1.Node) bool {
-		c := findNodeCondition(n, corev1.NodeMemoryPressure)
-		return (c == nil || c.Status == corev1.ConditionFalse) && !hasTaint(n, "evictiond.io/memory-pressure")
+	// A reload to nodeStatus.conditions: standard hands the node to a writer with the
+	// new settings: evictiond's own condition released, the standard entry held.
+	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: false", "nodeStatus: {conditions: standard}"))
+	waitNode(t, node, "the standard MemoryPressure held and EvictiondMemoryPressure released after the reload", func(n *corev1.Node) bool {
+		std, own := findNodeCondition(n, corev1.NodeMemoryPressure), findNodeCondition(n, kube.ConditionMemoryPressure)
+		return std != nil && std.Status == corev1.ConditionTrue && std.Reason == kube.ReasonMemoryPressure &&
+			own != nil && own.Status == corev1.ConditionFalse && hasTaint(n, "evictiond.io/memory-pressure")
 	}, 15*time.Second)
-	d.waitMetric(t, `evictiond_config_reloads_total{result="success"}`, eq(2), "two reloads", 5*time.Second)
+
+	d.config.update(t, testConfig("  memory.available: 99%", criEndpoint, stateDir, "dryRun: true"))
+	waitNode(t, node, "the conditions released and the taint removed after dryRun: true", func(n *corev1.Node) bool {
+		std, own := findNodeCondition(n, corev1.NodeMemoryPressure), findNodeCondition(n, kube.ConditionMemoryPressure)
+		return (std == nil || std.Status == corev1.ConditionFalse) && (own == nil || own.Status == corev1.ConditionFalse) &&
+			!hasTaint(n, "evictiond.io/memory-pressure")
+	}, 15*time.Second)
+	d.waitMetric(t, `evictiond_config_reloads_total{result="success"}`, eq(3), "three reloads", 5*time.Second)
 	settled := time.Now()
 	time.Sleep(3 * time.Second)
 	for _, w := range agentWrites(t, settled) {

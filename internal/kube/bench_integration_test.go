@@ -41,10 +41,11 @@ func BenchmarkEvictThroughAPI(b *testing.B) {
 
 // BenchmarkConditionReassert is the time from another writer flipping evictiond's
 // MemoryPressure entry to False until the API server holds evictiond's True again
-// (one kubelet-style write, the watch event, evictiond's patch, one GET to observe it).
+// (one kubelet-style write, the watch event, evictiond's patch, one GET to observe it):
+// the length of each dip of the standard condition in nodeStatus.conditions: standard.
 func BenchmarkConditionReassert(b *testing.B) {
 	n := newTestNode(b)
-	status := startNodeStatus(b, n, NodeStatusOptions{})
+	status := startNodeStatus(b, n, NodeStatusOptions{Conditions: ConditionsStandard})
 	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
 	held := func() (bool, error) {
 		s, r := conditionOf(getNode(b, n.name), corev1.NodeMemoryPressure)

@@ -35,10 +35,11 @@ func BenchmarkNodeStatusSyncSteadyState(b *testing.B) {
 		}},
 		{"memory-pressure-held", []corev1.NodeConditionType{corev1.NodeMemoryPressure}, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1"},
-			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectPreferNoSchedule}}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 				{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
-				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+				{Type: ConditionMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure},
 				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
 				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
 			}},

@@ -113,34 +113,59 @@ func TestNodeStatusOptionsValidation(t *testing.T) {
 	}
 }
 
-func newStatusForTest(t *testing.T, effects map[corev1.NodeConditionType]corev1.TaintEffect) *NodeStatus {
+func newStatusForTest(t *testing.T, mode ConditionsMode, effects map[corev1.NodeConditionType]corev1.TaintEffect) *NodeStatus {
 	t.Helper()
-	opts := NodeStatusOptions{NodeName: "n", TaintEffects: effects}
+	opts := NodeStatusOptions{NodeName: "n", Conditions: mode, TaintEffects: effects}
 	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
+	}
 	return &NodeStatus{opts: opts, held: map[corev1.NodeConditionType]bool{}}
 }
 
 func TestConditionChangesTouchOnlyOwnedEntries(t *testing.T) {
 	kubeletFalse := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"}
-	oursTrue := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}
+	kubeletTrue := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: "KubeletHasInsufficientMemory"}
+	stdOursTrue := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}
+	ownTrue := corev1.NodeCondition{Type: ConditionMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}
+	ownFalse := corev1.NodeCondition{Type: ConditionMemoryPressure, Status: corev1.ConditionFalse, Reason: ReasonNoMemoryPressure}
+	const (
+		stdSet     = "MemoryPressure=True/EvictiondMemoryPressure"
+		stdRelease = "MemoryPressure=False/EvictiondNoMemoryPressure"
+		ownSet     = "EvictiondMemoryPressure=True/EvictiondMemoryPressure"
+		ownRelease = "EvictiondMemoryPressure=False/EvictiondNoMemoryPressure"
+	)
 	for _, tc := range []struct {
 		name    string
+		mode    ConditionsMode
 		node    []corev1.NodeCondition
-		held    bool
 		desired bool
 		want    []string
 	}{
-		{"quiet, kubelet entry", []corev1.NodeCondition{kubeletFalse}, false, false, nil},
-		{"quiet, no entry", nil, false, false, nil},
-		{"pressure starts", []corev1.NodeCondition{kubeletFalse}, false, true, []string{"MemoryPressure=True/EvictiondMemoryPressure"}},
-		{"pressure holds, ours", []corev1.NodeCondition{oursTrue}, true, true, nil},
-		{"pressure holds, kubelet flipped it", []corev1.NodeCondition{kubeletFalse}, true, true, []string{"MemoryPressure=True/EvictiondMemoryPressure"}},
-		{"released, ours True", []corev1.NodeCondition{oursTrue}, true, false, []string{"MemoryPressure=False/EvictiondNoMemoryPressure"}},
-		{"released, kubelet already wrote False", []corev1.NodeCondition{kubeletFalse}, true, false, nil},
+		{"standard: quiet, kubelet entry", ConditionsStandard, []corev1.NodeCondition{kubeletFalse}, false, nil},
+		{"standard: quiet, no entry", ConditionsStandard, nil, false, nil},
+		{"standard: pressure starts", ConditionsStandard, []corev1.NodeCondition{kubeletFalse}, true, []string{stdSet}},
+		{"standard: pressure holds, ours", ConditionsStandard, []corev1.NodeCondition{stdOursTrue}, true, nil},
+		{"standard: pressure holds, kubelet flipped it", ConditionsStandard, []corev1.NodeCondition{kubeletFalse}, true, []string{stdSet}},
+		{"standard: released, ours True", ConditionsStandard, []corev1.NodeCondition{stdOursTrue}, false, []string{stdRelease}},
+		{"standard: released, kubelet already wrote False", ConditionsStandard, []corev1.NodeCondition{kubeletFalse}, false, nil},
+		{"standard: released, the kubelet's own True stays", ConditionsStandard, []corev1.NodeCondition{kubeletTrue}, false, nil},
+		{"own: quiet, nothing written", ConditionsOwn, []corev1.NodeCondition{kubeletFalse}, false, nil},
+		{"own: pressure starts, the kubelet's entry untouched", ConditionsOwn, []corev1.NodeCondition{kubeletFalse}, true, []string{ownSet}},
+		{"own: pressure starts after an earlier episode", ConditionsOwn, []corev1.NodeCondition{kubeletFalse, ownFalse}, true, []string{ownSet}},
+		{"own: pressure holds, the kubelet's rewrite is not a change", ConditionsOwn, []corev1.NodeCondition{kubeletFalse, ownTrue}, true, nil},
+		{"own: released", ConditionsOwn, []corev1.NodeCondition{kubeletFalse, ownTrue}, false, []string{ownRelease}},
+		{"own: released once", ConditionsOwn, []corev1.NodeCondition{kubeletFalse, ownFalse}, false, nil},
+		{"own: the old design's standard entry is released", ConditionsOwn, []corev1.NodeCondition{stdOursTrue}, true, []string{stdRelease, ownSet}},
+		{"own: the kubelet's own True is not ours", ConditionsOwn, []corev1.NodeCondition{kubeletTrue}, false, nil},
+		{"both: pressure starts", ConditionsBoth, []corev1.NodeCondition{kubeletFalse}, true, []string{stdSet, ownSet}},
+		{"both: kubelet flipped the standard entry", ConditionsBoth, []corev1.NodeCondition{kubeletFalse, ownTrue}, true, []string{stdSet}},
+		{"both: released", ConditionsBoth, []corev1.NodeCondition{stdOursTrue, ownTrue}, false, []string{stdRelease, ownRelease}},
+		{"none: pressure writes no condition", ConditionsNone, []corev1.NodeCondition{kubeletFalse}, true, nil},
+		{"none: leftovers released", ConditionsNone, []corev1.NodeCondition{stdOursTrue, ownTrue}, true, []string{stdRelease, ownRelease}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStatusForTest(t, nil)
-			s.held[corev1.NodeMemoryPressure] = tc.held
+			s := newStatusForTest(t, tc.mode, nil)
 			node := &corev1.Node{Status: corev1.NodeStatus{Conditions: tc.node}}
 			changes, _ := s.conditionChanges(node, map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: tc.desired})
 			if got := describeConditions(changes); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
@@ -150,8 +175,37 @@ func TestConditionChangesTouchOnlyOwnedEntries(t *testing.T) {
 	}
 }
 
+func TestPressureEventsOncePerTransition(t *testing.T) {
+	s := newStatusForTest(t, ConditionsBoth, nil)
+	pressure := map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: true}
+	_, events := s.conditionChanges(&corev1.Node{}, pressure)
+	if len(events) != 1 || events[0].reason != EventReasonPressureCondition ||
+		events[0].message != "Node condition MemoryPressure, EvictiondMemoryPressure set True by evictiond" {
+		t.Fatalf("onset events = %+v, want one naming both types", events)
+	}
+	s.commitHeld(pressure)
+	// The kubelet flips the standard entry: re-asserted without a new Event.
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+		{Type: ConditionMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}}}}
+	if changes, events := s.conditionChanges(node, pressure); len(changes) != 1 || len(events) != 0 {
+		t.Fatalf("re-assert: changes %v events %+v, want one change and no Event", describeConditions(changes), events)
+	}
+}
+
+func TestDefaultTaintsProtectAtLeastAsTheStandardOnes(t *testing.T) {
+	// Every default is NoSchedule: the standard pressure taints the node lifecycle
+	// controller derives from the conditions are NoSchedule, and evictiond's replace them
+	// as the protection that never lapses.
+	for cond, effect := range DefaultTaintEffects() {
+		if effect != corev1.TaintEffectNoSchedule {
+			t.Errorf("default effect for %s = %s, want NoSchedule", cond, effect)
+		}
+	}
+}
+
 func TestWantedTaintsKeepForeignTaintsAndHonourEffects(t *testing.T) {
-	s := newStatusForTest(t, map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeDiskPressure: ""})
+	s := newStatusForTest(t, "", map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeDiskPressure: ""})
 	foreign := corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
 	node := &corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{foreign, {Key: TaintKeyPIDPressure, Effect: corev1.TaintEffectPreferNoSchedule}}}}
 
@@ -159,7 +213,7 @@ func TestWantedTaintsKeepForeignTaintsAndHonourEffects(t *testing.T) {
 		corev1.NodeMemoryPressure: true, corev1.NodeDiskPressure: true, corev1.NodePIDPressure: true,
 	})
 	want := []corev1.Taint{foreign,
-		{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectPreferNoSchedule},
+		{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectNoSchedule},
 		{Key: TaintKeyPIDPressure, Effect: corev1.TaintEffectNoSchedule}}
 	if !changed || !slices.Equal(taints, want) {
 		t.Fatalf("taints = %v changed %v, want %v (disk taint disabled, pid effect corrected)", taints, changed, want)

@@ -22,27 +22,51 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// ConditionsMode says which node conditions evictiond publishes (config
+// nodeStatus.conditions). See docs/operations.md for what the kubelet and the node
+// lifecycle controller do in each mode.
+type ConditionsMode string
+
+const (
+	// ConditionsOwn publishes evictiond's own condition types (EvictiondMemoryPressure,
+	// ...), which nothing else writes: one write per pressure transition, no fight with
+	// the kubelet. The standard conditions are left to the kubelet. The default.
+	ConditionsOwn ConditionsMode = "own"
+	// ConditionsStandard writes the standard MemoryPressure/DiskPressure/PIDPressure
+	// entries (reason Evictiond...) and re-asserts them after each kubelet status update
+	// that flips them back: the node lifecycle controller's standard taints follow, and
+	// flap with every such rewrite.
+	ConditionsStandard ConditionsMode = "standard"
+	// ConditionsBoth publishes both; the standard entries fight as in ConditionsStandard.
+	ConditionsBoth ConditionsMode = "both"
+	// ConditionsNone publishes no condition; evictiond's taints alone.
+	ConditionsNone ConditionsMode = "none"
+)
+
+// ConditionsModes lists the valid modes, the default first.
+var ConditionsModes = []ConditionsMode{ConditionsOwn, ConditionsStandard, ConditionsBoth, ConditionsNone}
+
+func (m ConditionsMode) standard() bool { return m == ConditionsStandard || m == ConditionsBoth }
+func (m ConditionsMode) own() bool      { return m == ConditionsOwn || m == ConditionsBoth }
+
 // NodeStatusOptions configures a NodeStatus. Zero values take the documented defaults.
 type NodeStatusOptions struct {
 	// NodeName is this node.
 	NodeName string
+	// Conditions says which condition types are published. Default ConditionsOwn.
+	Conditions ConditionsMode
 	// TaintEffects is the effect of evictiond's taint per pressure condition; a condition
 	// missing from the map gets the default, and the effect "" (explicitly set) disables
-	// that taint. Defaults:
-	//   - DiskPressure, PIDPressure: NoSchedule. The kubelet's admission refuses every
-	//     non-critical pod under these conditions, so keeping all new pods off is exact.
-	//   - MemoryPressure: PreferNoSchedule. The kubelet refuses only BestEffort pods under
-	//     memory pressure; a NoSchedule taint on evictiond's key would refuse Burstable and
-	//     Guaranteed pods too (no admission plugin adds tolerations for it), which no
-	//     platform team expects from a condition the kubelet itself treats as partial.
-	//     The standard MemoryPressure condition evictiond holds True already makes the node
-	//     lifecycle controller add node.kubernetes.io/memory-pressure:NoSchedule, which the
-	//     scheduler applies the kubelet's way; evictiond's PreferNoSchedule adds the
-	//     "place new pods elsewhere when you can" that is right for every QoS class.
+	// that taint. Every default is NoSchedule:
+	//   - DiskPressure, PIDPressure: the kubelet's admission refuses every non-critical
+	//     pod under these conditions, so keeping all new pods off is exact.
+	//   - MemoryPressure: the standard node.kubernetes.io/memory-pressure:NoSchedule
+	//     taint the node lifecycle controller derives from the standard condition keeps
+	//     off every pod without a toleration for it (only the optional
+	//     PodTolerationRestriction admission plugin gives Burstable and Guaranteed pods
+	//     one), and evictiond's taint must protect at least as much: it is the scheduling
+	//     protection that never lapses, whatever the kubelet writes to MemoryPressure.
 	TaintEffects map[corev1.NodeConditionType]corev1.TaintEffect
-	// DisableConditions leaves the pressure conditions alone and keeps only the taints
-	// (config nodeStatus.conditions: false). Default false: conditions are written.
-	DisableConditions bool
 	// ReassertInterval is how often the node cache is compared with what evictiond wants,
 	// in addition to every watch event on the node. A condition another writer flips is
 	// re-asserted on its watch event (milliseconds), or at the latest after this
@@ -62,7 +86,7 @@ type NodeStatusOptions struct {
 // NodeStatusOptions.TaintEffects (see there for why).
 func DefaultTaintEffects() map[corev1.NodeConditionType]corev1.TaintEffect {
 	return map[corev1.NodeConditionType]corev1.TaintEffect{
-		corev1.NodeMemoryPressure: corev1.TaintEffectPreferNoSchedule,
+		corev1.NodeMemoryPressure: corev1.TaintEffectNoSchedule,
 		corev1.NodeDiskPressure:   corev1.TaintEffectNoSchedule,
 		corev1.NodePIDPressure:    corev1.TaintEffectNoSchedule,
 	}
@@ -74,6 +98,9 @@ func (o *NodeStatusOptions) setDefaults() {
 		effects[cond] = effect
 	}
 	o.TaintEffects = effects
+	if o.Conditions == "" {
+		o.Conditions = ConditionsOwn
+	}
 	if o.ReassertInterval <= 0 {
 		o.ReassertInterval = time.Second
 	}
@@ -92,6 +119,9 @@ func (o *NodeStatusOptions) validate() error {
 	if o.NodeName == "" {
 		return fmt.Errorf("node status: NodeName: value %q: must not be empty", o.NodeName)
 	}
+	if !slices.Contains(ConditionsModes, o.Conditions) {
+		return fmt.Errorf("node status: Conditions: value %q: must be one of %v", o.Conditions, ConditionsModes)
+	}
 	for cond, effect := range o.TaintEffects {
 		if _, ok := kindOf(cond); !ok {
 			return fmt.Errorf("node status: TaintEffects[%s]: not a pressure condition: must be MemoryPressure, DiskPressure or PIDPressure", cond)
@@ -108,15 +138,17 @@ func (o *NodeStatusOptions) validate() error {
 
 // NodeStatus keeps the node's pressure conditions and evictiond's taints as the loop
 // wants them, writing only what differs:
-//   - a standard pressure condition is set True with reason Evictiond<X>Pressure while
-//     the loop reports that pressure (the policy includes the transition period), and
-//     re-asserted when another writer (the kubelet) flips it;
-//   - when that pressure ends, the entry is set False with reason EvictiondNo<X>Pressure
-//     once; an entry evictiond does not hold is never touched;
+//   - each published condition type (see ConditionsMode) is True while the loop reports
+//     that pressure (the policy includes the transition period): evictiond's own types
+//     are written once per transition; a standard entry carries reason
+//     Evictiond<X>Pressure and is re-asserted when another writer (the kubelet) flips it;
+//   - a True entry evictiond wrote (own type, or standard type with its reason) that is
+//     not wanted anymore (pressure over, or a type this mode does not publish) is set
+//     False once with reason EvictiondNo<X>Pressure; no other entry is ever touched;
 //   - taints with the evictiond.io/ prefix are exactly the configured ones for the
 //     current pressures; no other taint is touched;
-//   - the first sync adopts a True entry with evictiond's reason left by an earlier run
-//     (and taints), so stale state is cleared when that pressure is not seen anymore.
+//   - so the first sync reconciles whatever an earlier run (or an earlier design: the
+//     standard entries, PreferNoSchedule taints) left behind.
 type NodeStatus struct {
 	client   kubernetes.Interface
 	node     nodeGetter
@@ -130,8 +162,8 @@ type NodeStatus struct {
 
 	syncMu      sync.Mutex
 	adopted     bool
-	held        map[corev1.NodeConditionType]bool
-	lastWritten *corev1.Node // the node as our last write returned it
+	held        map[corev1.NodeConditionType]bool // condition types evictiond holds True
+	lastWritten *corev1.Node                      // the node as our last write returned it
 	lastDryRun  string
 }
 
@@ -204,7 +236,8 @@ func (s *NodeStatus) Run(ctx context.Context) {
 	}
 }
 
-// Sync compares the node with what evictiond wants and writes the difference.
+// Sync compares the node with what evictiond wants and writes the difference: at most
+// one taint update and one condition patch (status and spec are separate endpoints).
 func (s *NodeStatus) Sync(ctx context.Context) error {
 	s.mu.Lock()
 	desired, haveSet := s.desired, s.haveSet
@@ -223,11 +256,7 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		s.adopt(node)
 	}
 
-	var conditions []corev1.NodeCondition
-	var events []nodeEvent
-	if !s.opts.DisableConditions {
-		conditions, events = s.conditionChanges(node, desired)
-	}
+	conditions, events := s.conditionChanges(node, desired)
 	taints, taintsChanged := s.wantedTaints(node, desired)
 	if len(conditions) == 0 && !taintsChanged {
 		return nil
@@ -242,18 +271,19 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		return nil
 	}
 
+	// The taint first: it is the scheduling protection, and under new pressure every
+	// millisecond without it is a window for the scheduler.
+	if taintsChanged {
+		if err := s.updateTaints(ctx, desired); err != nil {
+			return err
+		}
+	}
 	if len(conditions) > 0 {
 		if err := s.patchConditions(ctx, conditions); err != nil {
 			return err
 		}
-		s.commitHeld(desired)
 		for _, ev := range events {
 			s.recorder.Event(NodeRef(s.opts.NodeName), ev.eventType, ev.reason, ev.message)
-		}
-	}
-	if taintsChanged {
-		if err := s.updateTaints(ctx, desired); err != nil {
-			return err
 		}
 	}
 	s.commitHeld(desired)
@@ -273,17 +303,32 @@ func (s *NodeStatus) currentNode() (*corev1.Node, error) {
 	return node, nil
 }
 
-// adopt takes over True entries with evictiond's reason from an earlier run, so that
-// they are cleared (once) if that pressure is not observed now.
+// adopt records the True entries an earlier run left (so that re-asserting them is not
+// reported as new pressure); conditionChanges releases those not wanted now.
 func (s *NodeStatus) adopt(node *corev1.Node) {
 	s.adopted = true
 	for _, kind := range pressureKinds {
-		c := findCondition(node, kind.condition)
-		if c != nil && c.Reason == kind.trueReason && c.Status == corev1.ConditionTrue {
-			s.held[kind.condition] = true
-			s.opts.Logger.Info("adopted pressure condition left by an earlier run", "node", s.opts.NodeName, "condition", kind.condition)
+		for _, t := range []corev1.NodeConditionType{kind.condition, kind.own} {
+			if oursTrue(kind, t, findCondition(node, t)) {
+				s.held[t] = true
+				s.opts.Logger.Info("adopted pressure condition left by an earlier run", "node", s.opts.NodeName, "condition", t)
+			}
 		}
 	}
+}
+
+// oursTrue reports whether entry c of type t is True and evictiond's: any True entry of
+// its own types, a standard entry only with evictiond's reason.
+func oursTrue(kind pressureKind, t corev1.NodeConditionType, c *corev1.NodeCondition) bool {
+	return c != nil && c.Status == corev1.ConditionTrue && (t == kind.own || c.Reason == kind.trueReason)
+}
+
+// publishes reports whether condition type t of kind is published in this mode.
+func (s *NodeStatus) publishes(kind pressureKind, t corev1.NodeConditionType) bool {
+	if t == kind.own {
+		return s.opts.Conditions.own()
+	}
+	return s.opts.Conditions.standard()
 }
 
 type nodeEvent struct {
@@ -295,56 +340,60 @@ func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.Node
 	var changes []corev1.NodeCondition
 	var events []nodeEvent
 	for _, kind := range pressureKinds {
-		cur := findCondition(node, kind.condition)
-		switch {
-		case desired[kind.condition]:
-			if cur != nil && cur.Status == corev1.ConditionTrue && cur.Reason == kind.trueReason {
-				continue
-			}
-			transition := now
-			if cur != nil && cur.Status == corev1.ConditionTrue {
-				transition = cur.LastTransitionTime
-			}
-			changes = append(changes, corev1.NodeCondition{Type: kind.condition, Status: corev1.ConditionTrue,
-				Reason: kind.trueReason, Message: kind.trueMessage, LastHeartbeatTime: now, LastTransitionTime: transition})
-			if !s.held[kind.condition] {
-				events = append(events, nodeEvent{corev1.EventTypeWarning, EventReasonPressureCondition,
-					fmt.Sprintf("Node condition %s set True by evictiond", kind.condition)})
-			} else {
+		var set, released []string
+		for _, t := range []corev1.NodeConditionType{kind.condition, kind.own} {
+			cur := findCondition(node, t)
+			switch {
+			case desired[kind.condition] && s.publishes(kind, t):
+				if oursTrue(kind, t, cur) {
+					continue
+				}
+				transition := now
+				if cur != nil && cur.Status == corev1.ConditionTrue {
+					transition = cur.LastTransitionTime
+				}
+				changes = append(changes, corev1.NodeCondition{Type: t, Status: corev1.ConditionTrue,
+					Reason: kind.trueReason, Message: kind.trueMessage, LastHeartbeatTime: now, LastTransitionTime: transition})
+				if !s.held[t] {
+					set = append(set, string(t))
+					continue
+				}
 				prev := "absent"
 				if cur != nil {
 					prev = fmt.Sprintf("%s/%s", cur.Status, cur.Reason)
 				}
 				s.opts.Logger.Info("re-asserting pressure condition another writer changed", "node", s.opts.NodeName,
-					"condition", kind.condition, "found", prev)
+					"condition", t, "found", prev)
+			case oursTrue(kind, t, cur):
+				// Pressure over, or a type this mode does not publish (left by an earlier
+				// run or design): False once, and only over our own True entry.
+				changes = append(changes, corev1.NodeCondition{Type: t, Status: corev1.ConditionFalse,
+					Reason: kind.falseReason, Message: kind.falseMsg, LastHeartbeatTime: now, LastTransitionTime: now})
+				released = append(released, string(t))
 			}
-		case s.held[kind.condition]:
-			// Released: write False once, and only over our own True entry.
-			if cur == nil || cur.Reason != kind.trueReason || cur.Status != corev1.ConditionTrue {
-				continue
-			}
-			changes = append(changes, corev1.NodeCondition{Type: kind.condition, Status: corev1.ConditionFalse,
-				Reason: kind.falseReason, Message: kind.falseMsg, LastHeartbeatTime: now, LastTransitionTime: now})
+		}
+		if len(set) > 0 {
+			events = append(events, nodeEvent{corev1.EventTypeWarning, EventReasonPressureCondition,
+				fmt.Sprintf("Node condition %s set True by evictiond", strings.Join(set, ", "))})
+		}
+		if len(released) > 0 {
 			events = append(events, nodeEvent{corev1.EventTypeNormal, EventReasonPressureReleased,
-				fmt.Sprintf("Node condition %s set False by evictiond: pressure and transition period over", kind.condition)})
+				fmt.Sprintf("Node condition %s set False by evictiond: pressure and transition period over", strings.Join(released, ", "))})
 		}
 	}
 	return changes, events
 }
 
-// commitHeld records which conditions evictiond holds True after a successful write.
+// commitHeld records which condition types evictiond holds True after a successful sync.
 func (s *NodeStatus) commitHeld(desired map[corev1.NodeConditionType]bool) {
 	for _, kind := range pressureKinds {
-		if desired[kind.condition] {
-			s.held[kind.condition] = true
-			continue
+		for _, t := range []corev1.NodeConditionType{kind.condition, kind.own} {
+			if desired[kind.condition] && s.publishes(kind, t) {
+				s.held[t] = true
+			} else {
+				delete(s.held, t)
+			}
 		}
-		if !s.held[kind.condition] {
-			continue
-		}
-		// Released: after a successful sync the False entry is written, or the entry
-		// was not ours anymore; either way there is nothing left to release.
-		delete(s.held, kind.condition)
 	}
 }
 

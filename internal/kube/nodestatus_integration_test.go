@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,16 +82,72 @@ func kubeletSufficientMemory() corev1.NodeCondition {
 		LastHeartbeatTime: now, LastTransitionTime: now}
 }
 
-func TestConditionReassertedWithinTwoSecondsAfterKubeletFlipsIt(t *testing.T) {
+// nodeWrites counts the agent's writes to node (object and status) in the audit log
+// after offset, and returns the log's end as the next offset.
+func nodeWrites(t testing.TB, node string, offset int64) (int, []string, int64) {
+	t.Helper()
+	_, seen, end := auditWrites(t, agentUsername, offset)
+	var out []string
+	for _, w := range seen {
+		_, uri, _ := strings.Cut(w, " ")
+		uri, _, _ = strings.Cut(uri, "?")
+		if uri == "/api/v1/nodes/"+node || uri == "/api/v1/nodes/"+node+"/status" {
+			out = append(out, w)
+		}
+	}
+	return len(out), out, end
+}
+
+// nodeWatch records every version of the node from a watch (not sampling) until the
+// test ends; versions returns what was seen so far.
+type nodeWatch struct {
+	mu   sync.Mutex
+	seen []*corev1.Node
+}
+
+func watchNode(t testing.TB, name string) *nodeWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw := &nodeWatch{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if node, ok := ev.Object.(*corev1.Node); ok {
+				nw.mu.Lock()
+				nw.seen = append(nw.seen, node)
+				nw.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return nw
+}
+
+func (w *nodeWatch) versions() []*corev1.Node {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seen)
+}
+
+func TestStandardConditionReassertedAfterKubeletFlipsIt(t *testing.T) {
 	n := newTestNode(t)
-	status := startNodeStatus(t, n, NodeStatusOptions{})
+	status := startNodeStatus(t, n, NodeStatusOptions{Conditions: ConditionsStandard})
 	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
 	waitFor(t, 5*time.Second, "MemoryPressure True with evictiond's reason and its taint", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, r := conditionOf(node, corev1.NodeMemoryPressure)
-		return s == corev1.ConditionTrue && r == ReasonMemoryPressure && hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectPreferNoSchedule), nil
+		return s == corev1.ConditionTrue && r == ReasonMemoryPressure && hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule), nil
 	})
 	waitForEvent(t, "default", "Node", n.name, EventReasonPressureCondition)
+	if s, _ := conditionOf(getNode(t, n.name), ConditionMemoryPressure); s != "" {
+		t.Fatalf("standard mode wrote evictiond's own condition type (%s)", s)
+	}
+	_, _, offset := nodeWrites(t, n.name, 0)
 
 	for round := range 3 {
 		writeConditionAsKubelet(t, n.name, kubeletSufficientMemory())
@@ -99,13 +158,18 @@ func TestConditionReassertedWithinTwoSecondsAfterKubeletFlipsIt(t *testing.T) {
 		})
 		t.Logf("re-asserted %v after the kubelet-style write", time.Since(flipped).Round(time.Millisecond))
 	}
+	// The cost of the standard mode: one status patch per kubelet rewrite, the taint untouched.
+	time.Sleep(time.Second)
+	if count, seen, _ := nodeWrites(t, n.name, offset); count != 3 {
+		t.Errorf("node writes for 3 kubelet rewrites = %d, want 3 (one re-assert each): %v", count, seen)
+	}
 
 	// Release: False once with evictiond's reason, taint gone.
 	status.SetConditions(nil)
 	waitFor(t, 5*time.Second, "MemoryPressure False with evictiond's reason, taint removed", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, r := conditionOf(node, corev1.NodeMemoryPressure)
-		return s == corev1.ConditionFalse && r == ReasonNoMemoryPressure && !hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectPreferNoSchedule), nil
+		return s == corev1.ConditionFalse && r == ReasonNoMemoryPressure && !hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule), nil
 	})
 	waitForEvent(t, "default", "Node", n.name, EventReasonPressureReleased)
 
@@ -117,14 +181,107 @@ func TestConditionReassertedWithinTwoSecondsAfterKubeletFlipsIt(t *testing.T) {
 	}
 }
 
+// TestOwnConditionWrittenOncePerTransition is the default mode: evictiond's own condition
+// type and its NoSchedule taint, one taint update and one status patch per pressure
+// transition, nothing in between whatever the kubelet writes to MemoryPressure, and
+// neither the condition nor the taint ever missing while the pressure lasts (seen by a
+// watch on the node).
+func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
+	n := newTestNode(t)
+	writeConditionAsKubelet(t, n.name, kubeletSufficientMemory())
+	_, _, offset := nodeWrites(t, n.name, 0)
+	status := startNodeStatus(t, n, NodeStatusOptions{ReassertInterval: 100 * time.Millisecond})
+	status.SetConditions(nil)
+	time.Sleep(time.Second)
+	if count, seen, _ := nodeWrites(t, n.name, offset); count != 0 {
+		t.Fatalf("no pressure: %d node writes, want 0: %v", count, seen)
+	}
+
+	watch := watchNode(t, n.name)
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
+	waitFor(t, 5*time.Second, "EvictiondMemoryPressure True and the NoSchedule taint", func() (bool, error) {
+		node := getNode(t, n.name)
+		s, _ := conditionOf(node, ConditionMemoryPressure)
+		return s == corev1.ConditionTrue && hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule), nil
+	})
+	waitForEvent(t, "default", "Node", n.name, EventReasonPressureCondition)
+	onset := len(watch.versions())
+
+	// The kubelet's status updates under held pressure: its entry stays its own.
+	for i := range 5 {
+		c := kubeletSufficientMemory()
+		c.Message += fmt.Sprintf(" (update %d)", i) // a new node version each time
+		writeConditionAsKubelet(t, n.name, c)
+		time.Sleep(300 * time.Millisecond)
+	}
+	node := getNode(t, n.name)
+	if s, r := conditionOf(node, corev1.NodeMemoryPressure); s != corev1.ConditionFalse || r != "KubeletHasSufficientMemory" {
+		t.Errorf("the kubelet's MemoryPressure was rewritten in own mode: %s/%s", s, r)
+	}
+	held := watch.versions()
+
+	status.SetConditions(nil)
+	waitFor(t, 5*time.Second, "EvictiondMemoryPressure False and the taint gone", func() (bool, error) {
+		node := getNode(t, n.name)
+		s, r := conditionOf(node, ConditionMemoryPressure)
+		return s == corev1.ConditionFalse && r == ReasonNoMemoryPressure && !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+			return strings.HasPrefix(t.Key, TaintKeyPrefix)
+		}), nil
+	})
+	waitForEvent(t, "default", "Node", n.name, EventReasonPressureReleased)
+	time.Sleep(time.Second)
+
+	count, seen, _ := nodeWrites(t, n.name, offset)
+	t.Logf("node writes by the agent for one pressure episode with 5 kubelet rewrites: %d %v", count, seen)
+	if count != 4 {
+		t.Errorf("node writes = %d, want 4: one taint update and one status patch at each transition", count)
+	}
+	for i, v := range held[onset:] {
+		s, _ := conditionOf(v, ConditionMemoryPressure)
+		if s != corev1.ConditionTrue || !hasTaint(v, TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule) {
+			t.Errorf("watch event %d under held pressure (rv %s): EvictiondMemoryPressure %q, taints %v", onset+i, v.ResourceVersion, s, v.Spec.Taints)
+		}
+	}
+	if len(held)-onset < 5 {
+		t.Errorf("the watch saw %d node versions during the kubelet rewrites, want at least 5", len(held)-onset)
+	}
+}
+
+func TestBothModesConditionsAndOnlyTheStandardOneFights(t *testing.T) {
+	n := newTestNode(t)
+	status := startNodeStatus(t, n, NodeStatusOptions{Conditions: ConditionsBoth})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure})
+	waitFor(t, 5*time.Second, "DiskPressure and EvictiondDiskPressure True, the taint", func() (bool, error) {
+		node := getNode(t, n.name)
+		std, r := conditionOf(node, corev1.NodeDiskPressure)
+		own, _ := conditionOf(node, ConditionDiskPressure)
+		return std == corev1.ConditionTrue && r == ReasonDiskPressure && own == corev1.ConditionTrue &&
+			hasTaint(node, TaintKeyDiskPressure, corev1.TaintEffectNoSchedule), nil
+	})
+	_, _, offset := nodeWrites(t, n.name, 0)
+	now := metav1.Now()
+	writeConditionAsKubelet(t, n.name, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse,
+		Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now})
+	waitFor(t, 3*time.Second, "DiskPressure re-asserted", func() (bool, error) {
+		s, r := conditionOf(getNode(t, n.name), corev1.NodeDiskPressure)
+		return s == corev1.ConditionTrue && r == ReasonDiskPressure, nil
+	})
+	time.Sleep(time.Second)
+	if count, seen, _ := nodeWrites(t, n.name, offset); count != 1 {
+		t.Errorf("node writes for one kubelet rewrite = %d, want 1 (the standard entry only): %v", count, seen)
+	}
+}
+
 func TestStaleTaintsAndConditionsReconciledAfterRestart(t *testing.T) {
 	n := newTestNode(t)
 	ctx := context.Background()
-	// State an earlier run left behind: DiskPressure and PIDPressure held True, their
-	// taints, and a taint that belongs to someone else.
+	// State the earlier design left behind: the standard MemoryPressure, DiskPressure and
+	// PIDPressure held True with evictiond's reasons, its PreferNoSchedule memory and pid
+	// taints, its disk taint, and a taint that belongs to someone else.
 	node := getNode(t, n.name)
 	node.Spec.Taints = []corev1.Taint{
 		{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule},
+		{Key: TaintKeyMemoryPressure, Effect: corev1.TaintEffectPreferNoSchedule},
 		{Key: TaintKeyDiskPressure, Effect: corev1.TaintEffectNoSchedule},
 		{Key: TaintKeyPIDPressure, Effect: corev1.TaintEffectPreferNoSchedule},
 	}
@@ -133,29 +290,84 @@ func TestStaleTaintsAndConditionsReconciledAfterRestart(t *testing.T) {
 	}
 	now := metav1.Now()
 	for _, c := range []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure, LastHeartbeatTime: now, LastTransitionTime: now},
 		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue, Reason: ReasonDiskPressure, LastHeartbeatTime: now, LastTransitionTime: now},
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionTrue, Reason: ReasonPIDPressure, LastHeartbeatTime: now, LastTransitionTime: now},
 	} {
 		writeConditionAsKubelet(t, n.name, c)
 	}
+	_, _, offset := nodeWrites(t, n.name, 0)
 
-	// The new run sees PID pressure still (with the default NoSchedule effect), disk no more.
+	// The new run (default: own conditions) sees PID pressure still, the rest no more.
 	status := startNodeStatus(t, n, NodeStatusOptions{})
 	status.SetConditions([]corev1.NodeConditionType{corev1.NodePIDPressure})
 	waitFor(t, 5*time.Second, "stale state reconciled", func() (bool, error) {
 		node := getNode(t, n.name)
-		disk, diskReason := conditionOf(node, corev1.NodeDiskPressure)
-		pid, pidReason := conditionOf(node, corev1.NodePIDPressure)
-		return disk == corev1.ConditionFalse && diskReason == ReasonNoDiskPressure &&
-			pid == corev1.ConditionTrue && pidReason == ReasonPIDPressure &&
+		for _, std := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+			if s, _ := conditionOf(node, std); s != corev1.ConditionFalse {
+				return false, nil
+			}
+		}
+		pid, _ := conditionOf(node, ConditionPIDPressure)
+		mem, _ := conditionOf(node, ConditionMemoryPressure)
+		return pid == corev1.ConditionTrue && mem == "" &&
 			!hasTaint(node, TaintKeyDiskPressure, corev1.TaintEffectNoSchedule) &&
+			!hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectPreferNoSchedule) &&
 			hasTaint(node, TaintKeyPIDPressure, corev1.TaintEffectNoSchedule) &&
-			!hasTaint(node, TaintKeyPIDPressure, corev1.TaintEffectPreferNoSchedule) &&
 			hasTaint(node, "example.com/dedicated", corev1.TaintEffectNoSchedule), nil
 	})
-	if got := getNode(t, n.name).Spec.Taints; len(got) != 2 {
+	node = getNode(t, n.name)
+	if got := node.Spec.Taints; len(got) != 2 {
 		t.Fatalf("taints after reconciliation = %v, want the foreign one and evictiond's pid-pressure", got)
 	}
+	if _, r := conditionOf(node, corev1.NodeMemoryPressure); r != ReasonNoMemoryPressure {
+		t.Errorf("standard MemoryPressure reason %q after reconciliation, want %s", r, ReasonNoMemoryPressure)
+	}
+	time.Sleep(time.Second)
+	if count, seen, _ := nodeWrites(t, n.name, offset); count != 2 {
+		t.Errorf("reconciliation took %d node writes, want 2 (one taint update, one status patch): %v", count, seen)
+	}
+}
+
+// TestModeChangeReleasesWhatTheNewModeDoesNotPublish: a writer with new settings (as
+// after a reload) takes over the node from the old one's state.
+func TestModeChangeReleasesWhatTheNewModeDoesNotPublish(t *testing.T) {
+	n := newTestNode(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, n.name)
+	defer func() { cancel(); stopRecorder() }()
+	var own, standard *NodeStatus
+	n.startInformers(t, func(inf *NodeInformers) {
+		var err error
+		if own, err = NewNodeStatus(n.agent, inf, recorder, NodeStatusOptions{NodeName: n.name, Logger: testLogger(t)}); err != nil {
+			t.Fatal(err)
+		}
+		if standard, err = NewNodeStatus(n.agent, inf, recorder, NodeStatusOptions{NodeName: n.name, Conditions: ConditionsStandard,
+			TaintEffects: map[corev1.NodeConditionType]corev1.TaintEffect{corev1.NodeMemoryPressure: corev1.TaintEffectPreferNoSchedule}, Logger: testLogger(t)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	pressure := []corev1.NodeConditionType{corev1.NodeMemoryPressure}
+	own.SetConditions(pressure)
+	if err := own.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "own mode under pressure", func() (bool, error) {
+		s, _ := conditionOf(getNode(t, n.name), ConditionMemoryPressure)
+		return s == corev1.ConditionTrue, nil
+	})
+	standard.SetConditions(pressure)
+	waitFor(t, 5*time.Second, "standard mode took over", func() (bool, error) {
+		if err := standard.Sync(ctx); err != nil {
+			return false, err
+		}
+		node := getNode(t, n.name)
+		ownS, _ := conditionOf(node, ConditionMemoryPressure)
+		std, r := conditionOf(node, corev1.NodeMemoryPressure)
+		return ownS == corev1.ConditionFalse && std == corev1.ConditionTrue && r == ReasonMemoryPressure &&
+			hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectPreferNoSchedule) &&
+			!hasTaint(node, TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule), nil
+	})
 }
 
 func TestQuietHourMakesNoAPIWrites(t *testing.T) {
@@ -210,7 +422,7 @@ func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	status, err := NewNodeStatus(n.agent, inf, recorder, NodeStatusOptions{NodeName: n.name, DisableConditions: true, Logger: testLogger(t)})
+	status, err := NewNodeStatus(n.agent, inf, recorder, NodeStatusOptions{NodeName: n.name, Conditions: ConditionsNone, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +436,6 @@ func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
 		t.Fatalf("taints = %v; want evictiond's disk-pressure taint and the concurrent maintenance taint", node.Spec.Taints)
 	}
 	if s, _ := conditionOf(node, corev1.NodeDiskPressure); s != "" {
-		t.Fatalf("DisableConditions: DiskPressure condition written (%s)", s)
+		t.Fatalf("ConditionsNone: DiskPressure condition written (%s)", s)
 	}
 }

@@ -33,8 +33,18 @@ type LocalPodStopper interface {
 	StopPodSandboxByPodUID(ctx context.Context, podUID types.UID) error
 }
 
-// Condition reasons on the standard pressure conditions that mark an entry as
-// evictiond's. Entries with any other reason belong to someone else (the kubelet).
+// Condition types evictiond publishes as its own (nodeStatus.conditions own or both), as
+// node-problem-detector publishes custom conditions: nothing else writes them, so they
+// never flap and the kubelet's MemoryPressure/DiskPressure/PIDPressure stay the kubelet's.
+const (
+	ConditionMemoryPressure corev1.NodeConditionType = "EvictiondMemoryPressure"
+	ConditionDiskPressure   corev1.NodeConditionType = "EvictiondDiskPressure"
+	ConditionPIDPressure    corev1.NodeConditionType = "EvictiondPIDPressure"
+)
+
+// Condition reasons evictiond writes. On the standard pressure conditions they mark an
+// entry as evictiond's: entries with any other reason belong to someone else (the
+// kubelet). evictiond's own condition types carry the same reasons.
 const (
 	ReasonMemoryPressure   = "EvictiondMemoryPressure"
 	ReasonDiskPressure     = "EvictiondDiskPressure"
@@ -55,9 +65,11 @@ const (
 // EventComponent is the source component of every Event evictiond records.
 const EventComponent = "evictiond"
 
-// pressureKind ties one pressure condition type to its reasons, taint and messages.
+// pressureKind ties one pressure condition type to evictiond's own condition type, its
+// reasons, taint and messages.
 type pressureKind struct {
 	condition   corev1.NodeConditionType
+	own         corev1.NodeConditionType
 	trueReason  string
 	falseReason string
 	trueMessage string
@@ -66,15 +78,10 @@ type pressureKind struct {
 }
 
 var pressureKinds = []pressureKind{
-	{corev1.NodeMemoryPressure, ReasonMemoryPressure, ReasonNoMemoryPressure,
+	{corev1.NodeMemoryPressure, ConditionMemoryPressure, ReasonMemoryPressure, ReasonNoMemoryPressure,
 		"evictiond: node has insufficient memory available", "evictiond: node has sufficient memory available", TaintKeyMemoryPressure},
-	{corev1.NodeDiskPressure, ReasonDiskPressure, ReasonNoDiskPressure,
+	{corev1.NodeDiskPressure, ConditionDiskPressure, ReasonDiskPressure, ReasonNoDiskPressure,
 		"evictiond: node has disk pressure", "evictiond: node has no disk pressure", TaintKeyDiskPressure},
-	{corev1.NodePIDPressure, ReasonPIDPressure, ReasonNoPIDPressure,
+	{corev1.NodePIDPressure, ConditionPIDPressure, ReasonPIDPressure, ReasonNoPIDPressure,
 		"evictiond: node has insufficient PID available", "evictiond: node has sufficient PID available", TaintKeyPIDPressure},
-}
-
-// ownsCondition reports whether a condition entry was written by evictiond.
-func ownsCondition(kind pressureKind, c *corev1.NodeCondition) bool {
-	return c != nil && (c.Reason == kind.trueReason || c.Reason == kind.falseReason)
 }

@@ -125,7 +125,9 @@ type ExclusionConfig struct {
 
 // NodeStatusConfig is the compiled NodeStatusSettings.
 type NodeStatusConfig struct {
-	Conditions       bool
+	// Conditions is the mode: ConditionsOwn, ConditionsStandard, ConditionsBoth or
+	// ConditionsNone.
+	Conditions       string
 	ReassertInterval time.Duration
 	// Taints maps a condition to the effect of evictiond's taint for it; a
 	// condition with no entry gets no taint.
@@ -307,6 +309,33 @@ type compiler struct{ errs FieldErrors }
 
 func (c *compiler) fail(field, key, value, rule string) {
 	c.errs = append(c.errs, FieldError{Field: field, Key: key, Value: value, Rule: rule})
+}
+
+// The modes of nodeStatus.conditions (see kube.ConditionsMode).
+const (
+	ConditionsOwn      = "own"
+	ConditionsStandard = "standard"
+	ConditionsBoth     = "both"
+	ConditionsNone     = "none"
+)
+
+// conditionsMode validates nodeStatus.conditions; unset is "own", and the booleans of
+// earlier versions keep their meaning (true: the standard entries, false: none).
+func (c *compiler) conditionsMode(v *ConditionsSetting) string {
+	if v == nil {
+		return ConditionsOwn
+	}
+	switch s := string(*v); s {
+	case ConditionsOwn, ConditionsStandard, ConditionsBoth, ConditionsNone:
+		return s
+	case "true":
+		return ConditionsStandard
+	case "false":
+		return ConditionsNone
+	default:
+		c.fail("nodeStatus.conditions", "", s, "must be own (evictiond's own condition types, the default), standard (MemoryPressure, DiskPressure, PIDPressure), both or none")
+		return ConditionsOwn
+	}
 }
 
 // duration parses a duration field; empty yields def. min bounds it below.
@@ -570,7 +599,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	}
 
 	ns := raw.NodeStatus
-	cfg.NodeStatus = NodeStatusConfig{Conditions: boolOr(ns.Conditions, true),
+	cfg.NodeStatus = NodeStatusConfig{Conditions: c.conditionsMode(ns.Conditions),
 		ReassertInterval: c.duration("nodeStatus.reassertInterval", ns.ReassertInterval, time.Second, 100*time.Millisecond, time.Minute),
 		Taints:           map[v1.NodeConditionType]v1.TaintEffect{}}
 	if boolOr(ns.Taints.Enabled, true) {
@@ -580,7 +609,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 			val   *string
 			def   v1.TaintEffect
 		}{
-			{"nodeStatus.taints.memoryPressure", v1.NodeMemoryPressure, ns.Taints.MemoryPressure, v1.TaintEffectPreferNoSchedule},
+			{"nodeStatus.taints.memoryPressure", v1.NodeMemoryPressure, ns.Taints.MemoryPressure, v1.TaintEffectNoSchedule},
 			{"nodeStatus.taints.diskPressure", v1.NodeDiskPressure, ns.Taints.DiskPressure, v1.TaintEffectNoSchedule},
 			{"nodeStatus.taints.pidPressure", v1.NodePIDPressure, ns.Taints.PIDPressure, v1.TaintEffectNoSchedule},
 		} {
@@ -670,7 +699,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 	}
 	n.Exclusions.DaemonSetPods = ptr(cfg.Exclusions.DaemonSetPods)
 	n.Exclusions.MinPodAge = cfg.Exclusions.MinPodAge.String()
-	n.NodeStatus = NodeStatusSettings{Conditions: ptr(cfg.NodeStatus.Conditions), ReassertInterval: cfg.NodeStatus.ReassertInterval.String(),
+	n.NodeStatus = NodeStatusSettings{Conditions: ptr(ConditionsSetting(cfg.NodeStatus.Conditions)), ReassertInterval: cfg.NodeStatus.ReassertInterval.String(),
 		Taints: TaintSettings{Enabled: ptr(len(cfg.NodeStatus.Taints) > 0 || raw.NodeStatus.Taints.Enabled == nil || *raw.NodeStatus.Taints.Enabled),
 			MemoryPressure: ptr(string(cfg.NodeStatus.Taints[v1.NodeMemoryPressure])),
 			DiskPressure:   ptr(string(cfg.NodeStatus.Taints[v1.NodeDiskPressure])),

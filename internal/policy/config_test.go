@@ -537,6 +537,8 @@ func TestLoad_EvictiondSettingsRules(t *testing.T) {
 		{"eviction: {rateLimits: {burst: -1}}", `eviction.rateLimits.burst: "-1": must be at least 1`},
 		{"exclusions: {namespaces: [\"\"]}", `exclusions.namespaces: "": must be a namespace name`},
 		{"exclusions: {minPodAge: -1s}", `exclusions.minPodAge: "-1s": must be at least 0s`},
+		{"nodeStatus: {conditions: standrad}", `nodeStatus.conditions: "standrad": must be own (evictiond's own condition types, the default), standard (MemoryPressure, DiskPressure, PIDPressure), both or none`},
+		{"nodeStatus: {conditions: 1}", `nodeStatus.conditions: "1": must be own (evictiond's own condition types, the default), standard (MemoryPressure, DiskPressure, PIDPressure), both or none`},
 		{"nodeStatus: {taints: {diskPressure: NoExecute}}", `nodeStatus.taints.diskPressure: "NoExecute": must be NoSchedule, PreferNoSchedule or "" (no taint)`},
 		{"reclaim: {criEndpoint: /run/containerd/containerd.sock}", `reclaim.criEndpoint: "/run/containerd/containerd.sock": must be a unix:// socket address`},
 		{"reclaim: {imageGC: {stateFile: images.json}}", `reclaim.imageGC.stateFile: "images.json": must be an absolute path`},
@@ -552,5 +554,25 @@ func TestLoad_EvictiondSettingsRules(t *testing.T) {
 				t.Fatalf("errors %q, want [%q]", got, tc.want)
 			}
 		})
+	}
+}
+
+// nodeStatus.conditions: the modes, the default, and the booleans of earlier versions.
+func TestLoad_NodeStatusConditionsModes(t *testing.T) {
+	for body, want := range map[string]string{
+		"":                                   ConditionsOwn,
+		"nodeStatus: {conditions: own}":      ConditionsOwn,
+		"nodeStatus: {conditions: standard}": ConditionsStandard,
+		"nodeStatus: {conditions: both}":     ConditionsBoth,
+		"nodeStatus: {conditions: none}":     ConditionsNone,
+		"nodeStatus: {conditions: true}":     ConditionsStandard,
+		"nodeStatus: {conditions: false}":    ConditionsNone,
+	} {
+		if got := mustLoad(t, body).NodeStatus.Conditions; got != want {
+			t.Errorf("%q: conditions mode %q, want %q", body, got, want)
+		}
+	}
+	if got := mustLoad(t, "").NodeStatus.Taints["MemoryPressure"]; got != "NoSchedule" {
+		t.Errorf("default memory pressure taint effect %q, want NoSchedule", got)
 	}
 }

@@ -176,9 +176,14 @@ type ExclusionSettings struct {
 
 // NodeStatusSettings configure conditions and taints on the Node.
 type NodeStatusSettings struct {
-	// Conditions: write MemoryPressure/DiskPressure/PIDPressure entries owned
-	// by evictiond's reasons. Default true.
-	Conditions *bool `json:"conditions,omitempty"`
+	// Conditions: which node conditions evictiond publishes. "own" (default):
+	// its own types EvictiondMemoryPressure/EvictiondDiskPressure/
+	// EvictiondPIDPressure, written once per transition. "standard": the
+	// MemoryPressure/DiskPressure/PIDPressure entries (reasons Evictiond...),
+	// re-asserted after every kubelet status update that flips them. "both".
+	// "none": taints only. The booleans of earlier versions are accepted: true
+	// is "standard", false "none".
+	Conditions *ConditionsSetting `json:"conditions,omitempty"`
 	// ReassertInterval: how soon an owned condition flipped by another writer
 	// is set again. Default 1s.
 	ReassertInterval string `json:"reassertInterval,omitempty"`
@@ -186,14 +191,29 @@ type NodeStatusSettings struct {
 	Taints TaintSettings `json:"taints"`
 }
 
+// ConditionsSetting is nodeStatus.conditions as written: a string, or any other
+// JSON value as its text (the booleans of earlier versions are "true"/"false").
+// Compile validates it, so a wrong value is an error naming field, value and rule.
+type ConditionsSetting string
+
+// UnmarshalJSON accepts any JSON value.
+func (c *ConditionsSetting) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		s = string(b)
+	}
+	*c = ConditionsSetting(s)
+	return nil
+}
+
 // TaintSettings: effect of each of evictiond's taints ("NoSchedule",
 // "PreferNoSchedule", or "" for no taint).
 type TaintSettings struct {
 	// Enabled: default true.
 	Enabled *bool `json:"enabled,omitempty"`
-	// MemoryPressure: default PreferNoSchedule (the kubelet admits
-	// non-BestEffort pods under memory pressure; this steers new pods away
-	// without refusing them).
+	// MemoryPressure: default NoSchedule (what the standard
+	// node.kubernetes.io/memory-pressure taint does to every pod without a
+	// toleration for it).
 	MemoryPressure *string `json:"memoryPressure,omitempty"`
 	// DiskPressure: default NoSchedule.
 	DiskPressure *string `json:"diskPressure,omitempty"`
