@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
 
@@ -65,8 +66,8 @@ func TestDemo(t *testing.T) {
 	node, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
 	if err == nil {
 		for _, cond := range node.Status.Conditions {
-			if cond.Type == corev1.NodeMemoryPressure {
-				say("node condition MemoryPressure=%s (%s: %s)", cond.Status, cond.Reason, cond.Message)
+			if cond.Type == corev1.NodeMemoryPressure || cond.Type == kube.ConditionMemoryPressure {
+				say("node condition %s=%s (%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
 		for _, taint := range node.Spec.Taints {

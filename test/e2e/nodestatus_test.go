@@ -108,7 +108,7 @@ func releasePressure(t *testing.T, c *cluster.Cluster, name string) time.Time {
 
 // nodeMemoryStatus is what the scenarios look at on the Node.
 type nodeMemoryStatus struct {
-	conditionOurs bool // MemoryPressure=True with evictiond's reason
+	conditionOurs bool // EvictiondMemoryPressure=True (the default nodeStatus.conditions: own)
 	condition     corev1.NodeCondition
 	taint         bool // evictiond.io/memory-pressure present
 }
@@ -121,9 +121,9 @@ func readNodeMemoryStatus(t *testing.T, c *cluster.Cluster) nodeMemoryStatus {
 	}
 	var s nodeMemoryStatus
 	for _, cond := range node.Status.Conditions {
-		if cond.Type == corev1.NodeMemoryPressure {
+		if cond.Type == kube.ConditionMemoryPressure {
 			s.condition = cond
-			s.conditionOurs = cond.Status == corev1.ConditionTrue && cond.Reason == kube.ReasonMemoryPressure
+			s.conditionOurs = cond.Status == corev1.ConditionTrue
 		}
 	}
 	for _, taint := range node.Spec.Taints {
