@@ -5,6 +5,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,13 @@ func releasePressure(t *testing.T, c *cluster.Cluster, name string) time.Time {
 type nodeMemoryStatus struct {
 	conditionOurs bool // EvictiondMemoryPressure=True (the default nodeStatus.conditions: own)
 	condition     corev1.NodeCondition
-	taint         bool // evictiond.io/memory-pressure present
+	standard      corev1.NodeCondition // MemoryPressure
+	taint         bool                 // evictiond.io/memory-pressure present
+}
+
+// standardOurs: the standard MemoryPressure entry is evictiond's and True.
+func standardOurs(c corev1.NodeCondition) bool {
+	return c.Status == corev1.ConditionTrue && c.Reason == kube.ReasonMemoryPressure
 }
 
 func readNodeMemoryStatus(t *testing.T, c *cluster.Cluster) nodeMemoryStatus {
@@ -121,9 +128,12 @@ func readNodeMemoryStatus(t *testing.T, c *cluster.Cluster) nodeMemoryStatus {
 	}
 	var s nodeMemoryStatus
 	for _, cond := range node.Status.Conditions {
-		if cond.Type == kube.ConditionMemoryPressure {
+		switch cond.Type {
+		case kube.ConditionMemoryPressure:
 			s.condition = cond
 			s.conditionOurs = cond.Status == corev1.ConditionTrue
+		case corev1.NodeMemoryPressure:
+			s.standard = cond
 		}
 	}
 	for _, taint := range node.Spec.Taints {
@@ -148,55 +158,185 @@ func waitNodeMemoryStatus(t *testing.T, c *cluster.Cluster, timeout time.Duratio
 	return time.Now()
 }
 
-// testNodeStatusUnderPressure is scenario 6: under held memory pressure evictiond sets
-// MemoryPressure (its reason) and its taint; the condition survives the kubelet's status
-// rewrites (every 10 s) and the taint is never lost; both clear once the pressure has been
-// gone for the transition period (30 s in the e2e config), not before.
+// Node status scenario knobs.
+const (
+	// nodeStatusHold is how long the scenario holds the pressure.
+	nodeStatusHold = 60 * time.Second
+	// bestEffortNamespace holds the BestEffort pods the scenario keeps submitting.
+	bestEffortNamespace = "e2e-besteffort"
+	// standardMemoryTaint is the taint the node lifecycle controller derives from
+	// MemoryPressure=True.
+	standardMemoryTaint = "node.kubernetes.io/memory-pressure"
+)
+
+// testNodeStatusUnderPressure is scenario 6: evictiond's node status under held memory
+// pressure, from a watch on the node (every version, not samples) and the audit log.
+// For nodeStatusHold after the onset it asserts: evictiond's NoSchedule taint never lapses;
+// the condition it publishes never dips (the default mode's EvictiondMemoryPressure; in
+// standard mode the standard entry's dips are reported, they are the cost of that mode);
+// no BestEffort pod the test keeps submitting is scheduled to the node; evictiond writes the
+// node at most twice per transition in own mode (one taint update, one status patch) and
+// never while the pressure holds. It reports Node writes per minute by actor and the
+// lapses of the standard condition and taint. Once the pressure has been gone for the
+// transition period (30 s in the e2e config), and not before, everything evictiond put on
+// the node is gone, and the waiting BestEffort pods are scheduled.
+//
+// EVICTIOND_E2E_NODESTATUS_MODE=standard|both|own runs it with that nodeStatus.conditions
+// (the measurement in docs/operations.md); unset, the deployed default (own).
 func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 	const transition = 30 * time.Second
+	ctx := context.Background()
+	mode := os.Getenv("EVICTIOND_E2E_NODESTATUS_MODE")
+	if mode != "" {
+		setNodeStatusMode(t, c, mode)
+	} else {
+		mode = "own"
+	}
+	published := func(n *corev1.Node) bool { // the condition evictiond publishes in this mode
+		if mode == "standard" {
+			cond := nodeCondition(n, corev1.NodeMemoryPressure)
+			return cond != nil && cond.Status == corev1.ConditionTrue && cond.Reason == kube.ReasonMemoryPressure
+		}
+		cond := nodeCondition(n, kube.ConditionMemoryPressure)
+		return cond != nil && cond.Status == corev1.ConditionTrue
+	}
+	protected := func(n *corev1.Node) bool {
+		return nodeHasTaint(n, kube.TaintKeyMemoryPressure, corev1.TaintEffectNoSchedule)
+	}
+	standardTaint := func(n *corev1.Node) bool { return nodeHasTaint(n, standardMemoryTaint, corev1.TaintEffectNoSchedule) }
+	standardTrue := func(n *corev1.Node) bool {
+		cond := nodeCondition(n, corev1.NodeMemoryPressure)
+		return cond != nil && cond.Status == corev1.ConditionTrue
+	}
+	createNamespace(t, c.Client, bestEffortNamespace)
+	rec := recordNode(t, c.Client, cluster.NodeName)
+	start := time.Now()
+
 	holdPressure(t, c, "pressure", 300)
-	waitNodeMemoryStatus(t, c, 15*time.Second, "under evictiond's MemoryPressure with its taint",
-		func(s nodeMemoryStatus) bool { return s.conditionOurs && s.taint })
+	onset := waitNodeMemoryStatus(t, c, 15*time.Second, "under evictiond's MemoryPressure with its taint",
+		func(s nodeMemoryStatus) bool { return s.taint && (mode == "standard" || s.conditionOurs) })
 
-	// Hold across at least two of the kubelet's status updates; sample every 100 ms.
-	var notOurs, samples int
-	var longestGap, gap time.Duration
-	lastSample := time.Now()
-	for end := time.Now().Add(25 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		s := readNodeMemoryStatus(t, c)
-		samples++
-		now := time.Now()
-		if !s.taint {
-			t.Errorf("taint %s vanished under pressure", kube.TaintKeyMemoryPressure)
+	// Hold, submitting a BestEffort pod every 5 s: none may be scheduled here meanwhile.
+	submitted := 0
+	for end := onset.Add(nodeStatusHold); time.Now().Before(end); time.Sleep(5 * time.Second) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: bestEffortNamespace, Name: fmt.Sprintf("besteffort-%d", submitted)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{workloadContainer("idle", nil, nil, nil)},
+				TerminationGracePeriodSeconds: ptrTo(int64(0))},
 		}
-		if !s.conditionOurs {
-			notOurs++
-			gap += now.Sub(lastSample)
-			longestGap = max(longestGap, gap)
-		} else {
-			gap = 0
+		if _, err := c.Client.CoreV1().Pods(bestEffortNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating BestEffort pod: %v", err)
 		}
-		lastSample = now
+		submitted++
 	}
-	t.Logf("under held pressure: condition not evictiond's in %d of %d samples, longest gap %s", notOurs, samples, longestGap.Round(time.Millisecond))
-	// nodeStatus.reassertInterval is 1 s; a gap is the kubelet's rewrite until the re-assert.
-	if longestGap > 3*time.Second {
-		t.Errorf("MemoryPressure was not evictiond's for %s in a row: the kubelet's rewrite was not re-asserted", longestGap)
-	}
-
+	scheduledUnderPressure := scheduledPods(t, c)
 	released := releasePressure(t, c, "pressure")
-	cleared := waitNodeMemoryStatus(t, c, transition+30*time.Second, "clear of evictiond's MemoryPressure and taint",
-		func(s nodeMemoryStatus) bool { return !s.conditionOurs && !s.taint })
+
+	cleared := waitNodeMemoryStatus(t, c, transition+30*time.Second, "clear of evictiond's memory condition and taint",
+		func(s nodeMemoryStatus) bool {
+			return !s.conditionOurs && !s.taint && (mode != "standard" || !standardOurs(s.standard))
+		})
 	after := cleared.Sub(released)
-	t.Logf("pressure released; condition and taint cleared %s later (transition period %s)", after.Round(time.Millisecond), transition)
+	t.Logf("pressure released; evictiond's condition and taint cleared %s later (transition period %s)", after.Round(time.Millisecond), transition)
 	if after < transition-2*time.Second {
 		t.Errorf("cleared %s after the pressure ended, before the %s transition period", after, transition)
 	}
+	time.Sleep(3 * time.Second) // the last writes reach the watch and the audit log
+	versions, err := rec.snapshot()
+	if err != nil {
+		t.Fatalf("node watch: %v", err)
+	}
+	writes := auditedNodeWrites(t, c.API.AuditLogPath, cluster.NodeName)
+
+	// The protection and the published condition: one unbroken stretch each, from the
+	// onset until after the pressure ended.
+	checks := []struct {
+		what string
+		pred func(*corev1.Node) bool
+	}{{"evictiond's NoSchedule taint " + kube.TaintKeyMemoryPressure, protected}}
+	if mode != "standard" { // the standard entry's dips are that mode's cost, reported below
+		checks = append(checks, struct {
+			what string
+			pred func(*corev1.Node) bool
+		}{"the published " + string(kube.ConditionMemoryPressure) + " condition", published})
+	}
+	for _, check := range checks {
+		ivs := intervals(versions, check.pred)
+		// onset was seen by polling, which may run a few milliseconds ahead of the watch.
+		if len(ivs) != 1 || ivs[0].from.After(onset.Add(time.Second)) || ivs[0].to.IsZero() || ivs[0].to.Before(released) {
+			t.Errorf("%s: held in %d stretch(es) %v; want one from the onset (%s) until after the release (%s)",
+				check.what, len(ivs), ivs, onset.Format(time.StampMilli), released.Format(time.StampMilli))
+		}
+	}
+	held := released.Sub(onset)
+	t.Logf("node status, %s mode, pressure held %s (%d node versions watched):", mode, held.Round(time.Second), len(versions))
+	t.Logf("  Node writes per minute while held: %s", perMinute(writesBetween(writes, onset, released), held))
+	t.Logf("  Node writes for the whole episode (%s): %v", cleared.Add(3*time.Second).Sub(start).Round(time.Second), writesBetween(writes, start, cleared.Add(3*time.Second)))
+	t.Logf("  lapses while held: evictiond's taint %d, published condition %d, standard MemoryPressure=True %d, standard taint %s %d",
+		lapses(versions, onset, released, protected), lapses(versions, onset, released, published),
+		lapses(versions, onset, released, standardTrue), standardMemoryTaint, lapses(versions, onset, released, standardTaint))
+	t.Logf("  BestEffort pods submitted while held: %d, scheduled to the node while held: %d", submitted, len(scheduledUnderPressure))
+	if len(scheduledUnderPressure) > 0 {
+		t.Errorf("BestEffort pods scheduled to the node under pressure: %v", scheduledUnderPressure)
+	}
+	ours := writesBetween(writes, start, cleared.Add(3*time.Second))["evictiond"]
+	whileHeld := writesBetween(writes, onset, released)["evictiond"]
+	if mode == "own" && (ours > 4 || whileHeld > 0) {
+		t.Errorf("evictiond wrote the node %d times in the episode (%d while the pressure held); want at most 4 (taint and condition at the onset and at the release) and none while held", ours, whileHeld)
+	}
+
+	// The waiting BestEffort pods land once the taint is gone: the test could see one.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(scheduledPods(t, c)) > 0, nil
+	})
+	if err != nil {
+		t.Errorf("no BestEffort pod was scheduled within 30 s after evictiond's taint was removed: the scheduling check above proves nothing")
+	}
 	final := readNodeMemoryStatus(t, c)
 	if final.condition.Status == corev1.ConditionTrue {
-		t.Errorf("MemoryPressure still True after clearing: %s %q", final.condition.Reason, final.condition.Message)
+		t.Errorf("%s still True after clearing: %s %q", final.condition.Type, final.condition.Reason, final.condition.Message)
 	}
 }
+
+// scheduledPods names the pods of bestEffortNamespace bound to a node.
+func scheduledPods(t *testing.T, c *cluster.Cluster) []string {
+	t.Helper()
+	list, err := c.Client.CoreV1().Pods(bestEffortNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing BestEffort pods: %v", err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// setNodeStatusMode switches nodeStatus.conditions in evictiond's ConfigMap (restored at
+// the end of the test) and waits until the reload is in force.
+func setNodeStatusMode(t *testing.T, c *cluster.Cluster, mode string) {
+	t.Helper()
+	cm, err := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(context.Background(), cluster.EvictiondConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := cm.Data["config.yaml"]
+	lines, _ := evictiondMetrics(`evictiond_config_reloads_total{result="success"}`)
+	before := strings.Join(lines, "")
+	setEvictiondConfig(t, c, original+fmt.Sprintf("nodeStatus: {conditions: %s}\n", mode))
+	t.Cleanup(func() { setEvictiondConfig(t, c, original) })
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		lines, err := evictiondMetrics(`evictiond_config_reloads_total{result="success"}`)
+		return err == nil && strings.Join(lines, "") != before, nil
+	})
+	if err != nil {
+		t.Fatalf("nodeStatus.conditions: %s not reloaded within 60 s\n--- evictiond ---\n%s", mode, c.EvictiondLogTail(30))
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // testHotReload is scenario 5: editing the ConfigMap changes evictiond's behaviour without a
 // restart (a threshold raised above the current headroom makes the node report pressure),
