@@ -23,28 +23,44 @@ type auditedRequest struct {
 	At          time.Time
 }
 
-// auditedPodWrites returns the evictions and deletes of pods in namespace, in order, from
-// the audit log (ResponseComplete stage only).
-func auditedPodWrites(t *testing.T, auditPath, namespace string) []auditedRequest {
+// auditEvent is one completed request in the API server's audit log.
+type auditEvent struct {
+	Verb      string
+	User      struct{ Username string }
+	ObjectRef struct {
+		Resource, Subresource, Namespace, Name string
+	}
+	ResponseStatus  struct{ Code int }
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+}
+
+// forEachAuditEvent calls fn for each request on resource in the audit log, in order
+// (ResponseComplete stage only).
+func forEachAuditEvent(t *testing.T, auditPath, resource string, fn func(auditEvent)) {
 	t.Helper()
-	var out []auditedRequest
 	forEachLine(t, auditPath, func(line string) bool {
-		if !strings.Contains(line, `"pods"`) {
+		if !strings.Contains(line, `"`+resource+`"`) {
 			return true
 		}
 		var ev struct {
-			Stage     string                    `json:"stage"`
-			Verb      string                    `json:"verb"`
-			User      struct{ Username string } `json:"user"`
-			ObjectRef struct {
-				Resource, Subresource, Namespace, Name string
-			} `json:"objectRef"`
-			ResponseStatus  struct{ Code int } `json:"responseStatus"`
-			RequestReceived time.Time          `json:"requestReceivedTimestamp"`
+			auditEvent
+			Stage string `json:"stage"`
 		}
-		if json.Unmarshal([]byte(line), &ev) != nil || ev.Stage != "ResponseComplete" ||
-			ev.ObjectRef.Resource != "pods" || ev.ObjectRef.Namespace != namespace {
-			return true
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Stage == "ResponseComplete" && ev.ObjectRef.Resource == resource {
+			fn(ev.auditEvent)
+		}
+		return true
+	})
+}
+
+// auditedPodWrites returns the evictions and deletes of pods in namespace, in order, from
+// the audit log.
+func auditedPodWrites(t *testing.T, auditPath, namespace string) []auditedRequest {
+	t.Helper()
+	var out []auditedRequest
+	forEachAuditEvent(t, auditPath, "pods", func(ev auditEvent) {
+		if ev.ObjectRef.Namespace != namespace {
+			return
 		}
 		isEviction := ev.Verb == "create" && ev.ObjectRef.Subresource == "eviction"
 		isDelete := ev.Verb == "delete" && ev.ObjectRef.Subresource == ""
@@ -52,7 +68,6 @@ func auditedPodWrites(t *testing.T, auditPath, namespace string) []auditedReques
 			out = append(out, auditedRequest{Verb: ev.Verb, Subresource: ev.ObjectRef.Subresource, Namespace: namespace,
 				Name: ev.ObjectRef.Name, User: ev.User.Username, Code: ev.ResponseStatus.Code, At: ev.RequestReceived})
 		}
-		return true
 	})
 	return out
 }

@@ -4,7 +4,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -131,23 +130,9 @@ type nodeWrite struct {
 func auditedNodeWrites(t *testing.T, auditPath, name string) []nodeWrite {
 	t.Helper()
 	var out []nodeWrite
-	forEachLine(t, auditPath, func(line string) bool {
-		if !strings.Contains(line, `"nodes"`) {
-			return true
-		}
-		var ev struct {
-			Stage     string                    `json:"stage"`
-			Verb      string                    `json:"verb"`
-			User      struct{ Username string } `json:"user"`
-			ObjectRef struct {
-				Resource, Name string
-			} `json:"objectRef"`
-			ResponseStatus  struct{ Code int } `json:"responseStatus"`
-			RequestReceived time.Time          `json:"requestReceivedTimestamp"`
-		}
-		if json.Unmarshal([]byte(line), &ev) != nil || ev.Stage != "ResponseComplete" || ev.ObjectRef.Resource != "nodes" ||
-			ev.ObjectRef.Name != name || (ev.Verb != "update" && ev.Verb != "patch") || ev.ResponseStatus.Code >= 300 {
-			return true
+	forEachAuditEvent(t, auditPath, "nodes", func(ev auditEvent) {
+		if ev.ObjectRef.Name != name || (ev.Verb != "update" && ev.Verb != "patch") || ev.ResponseStatus.Code >= 300 {
+			return
 		}
 		actor := ev.User.Username
 		switch {
@@ -157,7 +142,6 @@ func auditedNodeWrites(t *testing.T, auditPath, name string) []nodeWrite {
 			actor = "evictiond"
 		}
 		out = append(out, nodeWrite{actor, ev.RequestReceived})
-		return true
 	})
 	return out
 }
