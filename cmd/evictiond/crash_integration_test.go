@@ -314,8 +314,8 @@ func TestRunCrashDuringEviction(t *testing.T) {
 			t.Logf("victim %s, evicted before the crash", victim.Name)
 
 			second := r.start(t, false)
-			waitNode(t, r.node, "MemoryPressure and the memory taint under pressure after the restart",
-				showsPressure(corev1.NodeMemoryPressure, kube.TaintKeyMemoryPressure), 15*time.Second)
+			waitNode(t, r.node, "EvictiondMemoryPressure and the memory taint under pressure after the restart",
+				showsPressure(kube.ConditionMemoryPressure, kube.TaintKeyMemoryPressure), 15*time.Second)
 			time.Sleep(3 * time.Second) // 15 passes under pressure with the victim terminating
 			if evs := audit.evictions(t); len(evs) != 1 {
 				t.Fatalf("%d Eviction API calls by evictiond while the first victim terminates (last: %s), want 1",

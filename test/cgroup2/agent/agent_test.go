@@ -512,7 +512,7 @@ func TestCgroup2AgentMemoryRampEvictedBeforeKubepodsLimit(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	n.waitCondition(t, corev1.NodeMemoryPressure, kube.TaintKeyMemoryPressure, true, 20*time.Second)
+	n.waitCondition(t, kube.ConditionMemoryPressure, kube.TaintKeyMemoryPressure, true, 20*time.Second)
 	for _, b := range bystanders {
 		if _, ok := n.evictedAt(b.name); ok {
 			t.Errorf("bystander %s was evicted", b.name)
@@ -521,7 +521,7 @@ func TestCgroup2AgentMemoryRampEvictedBeforeKubepodsLimit(t *testing.T) {
 			t.Errorf("bystander %s: %v", b.name, err)
 		}
 	}
-	n.waitCondition(t, corev1.NodeMemoryPressure, kube.TaintKeyMemoryPressure, false, 60*time.Second)
+	n.waitCondition(t, kube.ConditionMemoryPressure, kube.TaintKeyMemoryPressure, false, 60*time.Second)
 }
 
 // A pod throttled at its own memory.high stalls on memory: the kubepods
@@ -539,7 +539,7 @@ func TestCgroup2AgentPSIThresholdActedOn(t *testing.T) {
 	staller.send("ramp 200 1000") // throttled above memory.high for tens of seconds
 	at := n.waitEvicted(t, staller.name, 90*time.Second)
 	t.Logf("staller evicted %v after its throttled allocation started", at.Sub(start).Round(time.Millisecond))
-	n.waitCondition(t, corev1.NodeMemoryPressure, kube.TaintKeyMemoryPressure, true, 20*time.Second)
+	n.waitCondition(t, kube.ConditionMemoryPressure, kube.TaintKeyMemoryPressure, true, 20*time.Second)
 	if _, ok := n.evictedAt(bystander.name); ok {
 		t.Error("the bystander was evicted")
 	}
@@ -570,11 +570,11 @@ func TestCgroup2AgentPIDThreshold(t *testing.T) {
 	forker.send("threads 500")
 	at := n.waitEvicted(t, forker.name, 60*time.Second)
 	t.Logf("forker evicted %v after it started 500 threads", at.Sub(start).Round(time.Millisecond))
-	n.waitCondition(t, corev1.NodePIDPressure, kube.TaintKeyPIDPressure, true, 20*time.Second)
+	n.waitCondition(t, kube.ConditionPIDPressure, kube.TaintKeyPIDPressure, true, 20*time.Second)
 	if _, ok := n.evictedAt(bystander.name); ok {
 		t.Error("the bystander was evicted")
 	}
-	n.waitCondition(t, corev1.NodePIDPressure, kube.TaintKeyPIDPressure, false, 60*time.Second)
+	n.waitCondition(t, kube.ConditionPIDPressure, kube.TaintKeyPIDPressure, false, 60*time.Second)
 }
 
 func mkCgroup(t *testing.T, cg string, inner bool) {
