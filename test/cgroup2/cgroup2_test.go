@@ -39,6 +39,7 @@ func suites() []*vm.Suite {
 	return []*vm.Suite{
 		{Name: "notify", Package: "./internal/notify", Tags: "integration cgroup2", Run: "^TestCgroup2"},
 		{Name: "monitor", Package: "./internal/monitor", Tags: "integration cgroup2", Run: "^TestCgroup2"},
+		{Name: "brake", Package: "./internal/brake", Tags: "integration cgroup2", Run: "^TestCgroup2"},
 		{Name: "agent", Package: "./test/cgroup2/agent", Tags: "integration cgroup2", Run: "^TestCgroup2Agent", Timeout: 10 * time.Minute,
 			Env: []string{agent.KubeconfigEnv + "=" + guestKubeconfigPath, agent.BinaryEnv + "=" + guestEvictiond}},
 	}
