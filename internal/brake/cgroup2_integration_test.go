@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/evictiond/evictiond/internal/testenv/vm"
 )
 
 const v2Mount = "/sys/fs/cgroup"
@@ -33,12 +35,7 @@ type v2Pod struct {
 
 func newV2Pod(t *testing.T) *v2Pod {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test writes cgroups: run it as root (make test-cgroup2 runs it in a VM)")
-	}
-	if _, err := os.Stat(filepath.Join(v2Mount, "cgroup.subtree_control")); err != nil {
-		t.Fatalf("%s is not a cgroup v2 hierarchy (make test-cgroup2 boots a VM with one): %v", v2Mount, err)
-	}
+	vm.RequireCgroup2(t, "memory", "pids")
 	parent := filepath.Join(v2Mount, "evictiond-brake-"+string(uuid.NewUUID())[:8])
 	pod := filepath.Join(parent, "pod"+string(uuid.NewUUID()))
 	p := &v2Pod{pod: PodCgroup{Version: V2, Dir: pod}, ctr: filepath.Join(pod, "ctr")}

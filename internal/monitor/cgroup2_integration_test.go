@@ -34,19 +34,7 @@ import (
 
 const v2Mount = "/sys/fs/cgroup"
 
-func requireCgroupV2(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the cgroup v2 tests create cgroups and must run as root (make test-cgroup2 runs them in a VM)")
-	}
-	ctl, err := os.ReadFile(v2Mount + "/cgroup.subtree_control")
-	if err != nil {
-		t.Fatalf("cgroup v2 is required at %s (make test-cgroup2 boots a VM with it): %v", v2Mount, err)
-	}
-	if !strings.Contains(string(ctl), "memory") || !strings.Contains(string(ctl), "pids") {
-		t.Fatalf("memory and pids must be enabled in %s/cgroup.subtree_control, have %q", v2Mount, strings.TrimSpace(string(ctl)))
-	}
-}
+func requireCgroupV2(t testing.TB) { t.Helper(); vm.RequireCgroup2(t, "memory", "pids") }
 
 // v2Tree is a kubepods hierarchy in the unified hierarchy, removed (with its
 // processes) when the test ends. Inner cgroups delegate memory and pids to

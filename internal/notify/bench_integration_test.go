@@ -54,10 +54,20 @@ func BenchmarkWakeLatencyMemcgWhileRearming(b *testing.B) {
 	b.ReportMetric(testutil.ToFloat64(metrics.Rearms)/float64(b.N), "rearms/op")
 }
 
+// BenchmarkWakeLatencyPoll is the poll at a fixed 100ms (no pacing).
 func BenchmarkWakeLatencyPoll(b *testing.B) {
 	// The random pause before each crossing keeps the iterations from
 	// locking onto the poll's phase (a crossing right after the wake of the
 	// previous one would always wait a full interval).
+	benchmarkWakeLatency(b, SourcePoll, DefaultPollInterval, func(dir string) Options {
+		return Options{ReadMemory: memcgReader(dir), PollInterval: DefaultPollInterval, PollMinInterval: DefaultPollInterval}
+	})
+}
+
+// The paced poll (the default): parked 4Mi below the threshold it reads
+// about every 4ms (headroom / the assumed 1Gi/s ramp). The ramp from rest
+// is measured on cgroup v2 by BenchmarkCgroup2WakeLatencyRamp (make bench-cgroup2).
+func BenchmarkWakeLatencyPollPaced(b *testing.B) {
 	benchmarkWakeLatency(b, SourcePoll, DefaultPollInterval, func(dir string) Options {
 		return Options{ReadMemory: memcgReader(dir), PollInterval: DefaultPollInterval}
 	})

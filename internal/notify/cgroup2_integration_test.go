@@ -21,26 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/testenv/vm"
 )
 
 const v2Root = "/sys/fs/cgroup"
 
-// requireCgroup2 fails (never skips) when not on a cgroup v2 host.
-func requireCgroup2(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the cgroup v2 tests create cgroups and must run as root (make test-cgroup2 runs them in a VM)")
-	}
-	ctl, err := os.ReadFile(v2Root + "/cgroup.subtree_control")
-	if err != nil {
-		t.Fatalf("cgroup v2 is required at %s (make test-cgroup2 boots a VM with it): %v", v2Root, err)
-	}
-	for _, c := range []string{"memory", "pids"} {
-		if !strings.Contains(string(ctl), c) {
-			t.Fatalf("the %s controller is not enabled in %s/cgroup.subtree_control (%q)", c, v2Root, strings.TrimSpace(string(ctl)))
-		}
-	}
-}
+func requireCgroup2(t testing.TB) { t.Helper(); vm.RequireCgroup2(t, "memory", "pids") }
 
 // makeKubepodsV2 creates a kubepods cgroup (under a unique name) at the root
 // of the unified hierarchy with memory and pids delegated to its children,

@@ -27,9 +27,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -267,4 +269,24 @@ func lastLines(b []byte, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// RequireCgroup2 fails t (never skips) unless it runs as root on a cgroup v2
+// hierarchy at /sys/fs/cgroup whose root delegates the given controllers:
+// what the guest's /init sets up, and what the v2 tests need.
+func RequireCgroup2(t testing.TB, controllers ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the cgroup v2 tests create cgroups and must run as root (make test-cgroup2 runs them in a VM)")
+	}
+	ctl, err := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control")
+	if err != nil {
+		t.Fatalf("cgroup v2 is required at /sys/fs/cgroup (make test-cgroup2 boots a VM with it): %v", err)
+	}
+	have := strings.Fields(string(ctl))
+	for _, c := range controllers {
+		if !slices.Contains(have, c) {
+			t.Fatalf("the %s controller is not enabled in /sys/fs/cgroup/cgroup.subtree_control (%q)", c, strings.TrimSpace(string(ctl)))
+		}
+	}
 }
