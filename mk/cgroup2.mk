@@ -7,7 +7,7 @@
 EVICTIOND_CACHE  ?= /var/cache/evictiond
 CGROUP2_PACKAGES := qemu-system-x86 busybox-static xz-utils
 CGROUP2_TIMEOUT  ?= 20m
-CGROUP2_RUN      ?= .
+CGROUP2_SUITES   ?=
 
 DEPS  += cgroup2-deps
 TIERS += test-cgroup2
@@ -22,7 +22,7 @@ cgroup2-deps:
 # machine (random loopback ports, reached from the guest through qemu's user networking).
 test-cgroup2: cgroup2-deps k8s-binaries etcd-package
 	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) EVICTIOND_K8S_BIN=$(K8S_BIN) \
-		$(GO) test -tags cgroup2 -count=1 -timeout $(CGROUP2_TIMEOUT) -run '$(CGROUP2_RUN)' -v ./test/cgroup2/
+		EVICTIOND_VM_SUITES=$(CGROUP2_SUITES) $(GO) test -tags cgroup2 -count=1 -timeout $(CGROUP2_TIMEOUT) -run '^TestCgroup2VM$$' -v ./test/cgroup2/
 
 # Figures of the v2 fast path, measured in the VM: crossing -> loop wake latency of a pod's
 # memory ramp (adaptive poll vs a fixed 100 ms poll) and the poll's idle CPU (docs/fast-path.md).

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,11 +47,36 @@ func suites() []*vm.Suite {
 	}
 }
 
+// suitesEnv narrows the run to some suites (comma-separated names), e.g.
+// EVICTIOND_VM_SUITES=brake while working on one (make test-cgroup2
+// CGROUP2_SUITES=brake). Empty: every suite.
+const suitesEnv = "EVICTIOND_VM_SUITES"
+
 func TestCgroup2VM(t *testing.T) {
 	ss := suites()
-	// The agent scenarios' control plane: a real etcd and kube-apiserver on
-	// this machine's loopback (random ports), which the guest reaches as
-	// 10.0.2.2 through qemu's user networking.
+	if only := os.Getenv(suitesEnv); only != "" {
+		names := strings.Split(only, ",")
+		ss = slices.DeleteFunc(ss, func(s *vm.Suite) bool { return !slices.Contains(names, s.Name) })
+		if len(ss) == 0 {
+			t.Fatalf("%s=%q names no suite (have notify, monitor, brake, agent)", suitesEnv, only)
+		}
+	}
+	var configure func(*vm.Options)
+	if slices.ContainsFunc(ss, func(s *vm.Suite) bool { return s.Name == "agent" }) {
+		configure = agentGuest(t)
+	}
+	results := runVM(t, ss, configure)
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) { vm.Mirror(t, s, results[s.Name]) })
+	}
+}
+
+// agentGuest prepares what the agent scenarios need: the control plane, a
+// real etcd and kube-apiserver on this machine's loopback (random ports),
+// which the guest reaches as 10.0.2.2 through qemu's user networking, an
+// admin kubeconfig for that address, and a static evictiond binary.
+func agentGuest(t *testing.T) func(*vm.Options) {
+	t.Helper()
 	env, err := apiserver.Start(apiserver.Options{})
 	if err != nil {
 		t.Fatalf("starting the API server environment (make test-cgroup2 installs etcd and builds kube-apiserver): %v", err)
@@ -66,13 +93,10 @@ func TestCgroup2VM(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building a static evictiond: %v\n%s", err, out)
 	}
-	results := runVM(t, ss, func(o *vm.Options) {
+	return func(o *vm.Options) {
 		o.Network = true
 		o.Files[guestKubeconfigPath] = vm.File{Data: kubeconfig, Mode: 0o600}
 		o.Files[guestEvictiond] = vm.File{Source: bin}
-	})
-	for _, s := range ss {
-		t.Run(s.Name, func(t *testing.T) { vm.Mirror(t, s, results[s.Name]) })
 	}
 }
 
