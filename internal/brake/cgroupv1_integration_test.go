@@ -3,302 +3,71 @@
 package brake
 
 import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
-// These tests run on this machine's real cgroup v1 freezer and memory
-// controllers (as root): they build a pod cgroup with a container cgroup
-// below it in both hierarchies, put real processes in it (one that keeps
-// allocating memory, one that keeps forking) and prove that a frozen pod's
-// memory and process count stay flat, that a thaw lets it go on, and that a
-// kill leaves no task behind.
-
-const childEnv = "EVICTIOND_BRAKE_TEST_CHILD"
-
-// TestMain doubles as the test's workloads: "alloc" touches 1 MiB every
-// millisecond up to 512 MiB and holds it; "fork" starts a sleeping child
-// every 5 ms up to 400. Each waits for a line on stdin first (time to be
-// moved into its cgroup).
-func TestMain(m *testing.M) {
-	switch os.Getenv(childEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "alloc":
-		waitGo()
-		var sink [][]byte
-		for len(sink) < 512 {
-			b := make([]byte, 1<<20)
-			for j := 0; j < len(b); j += 4096 {
-				b[j] = 1
-			}
-			sink = append(sink, b)
-			time.Sleep(time.Millisecond)
-		}
-		select {}
-	case "fork":
-		waitGo()
-		for range 400 {
-			cmd := exec.Command("/bin/sleep", "3600")
-			if err := cmd.Start(); err != nil {
-				fmt.Fprintln(os.Stderr, "fork:", err)
-				os.Exit(3)
-			}
-			go func() { _ = cmd.Wait() }()
-			time.Sleep(5 * time.Millisecond)
-		}
-		select {}
-	default:
-		os.Exit(2)
-	}
-}
-
-func waitGo() {
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		os.Exit(4)
-	}
-}
-
 const v1Mount = "/sys/fs/cgroup"
 
-// v1Pod is a pod cgroup (with one container cgroup) in the freezer and
-// memory hierarchies.
-type v1Pod struct {
-	root      string // the test's private parent, e.g. evictiond-brake-<uuid>
-	pod       PodCgroup
-	container map[string]string // controller -> container cgroup dir
-}
-
-func newV1Pod(t *testing.T) *v1Pod {
+// newV1Pod is a pod cgroup (with one container cgroup) in this machine's v1
+// freezer and memory hierarchies, under a private parent removed at the end.
+func newV1Pod(t *testing.T) *testPod {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test writes cgroups: run it as root (make test-brake)")
 	}
 	if _, err := os.Stat(filepath.Join(v1Mount, "freezer", "cgroup.procs")); err != nil {
-		t.Fatalf("%s/freezer is not a cgroup v1 freezer hierarchy: this tier needs the v1 freezer controller mounted", v1Mount)
+		t.Fatalf("%s/freezer is not a cgroup v1 freezer hierarchy: this tier needs the v1 freezer controller mounted: %v", v1Mount, err)
 	}
-	p := &v1Pod{root: "evictiond-brake-" + string(uuid.NewUUID())[:8], container: map[string]string{}}
-	uid := string(uuid.NewUUID())
+	root := "evictiond-brake-" + string(uuid.NewUUID())[:8]
+	podDir := "pod" + string(uuid.NewUUID())
+	p := &testPod{pod: PodCgroup{Version: V1, Dir: filepath.Join(v1Mount, "freezer", root, podDir)},
+		memory: filepath.Join(v1Mount, "memory", root, podDir, "memory.usage_in_bytes")}
+	var dirs []string
 	for _, ctl := range []string{"freezer", "memory"} {
-		dir := filepath.Join(v1Mount, ctl, p.root, "pod"+uid, "ctr")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatalf("creating %s: %v", dir, err)
+		ctr := filepath.Join(v1Mount, ctl, root, podDir, "ctr")
+		if err := os.MkdirAll(ctr, 0o755); err != nil {
+			t.Fatalf("creating %s: %v", ctr, err)
 		}
-		p.container[ctl] = dir
+		p.procs = append(p.procs, filepath.Join(ctr, "cgroup.procs"))
+		p.leafTasks = append(p.leafTasks, filepath.Join(ctr, "tasks"))
+		dirs = append(dirs, ctr, filepath.Dir(ctr), filepath.Join(v1Mount, ctl, root))
 	}
-	p.pod = PodCgroup{Version: V1, Dir: filepath.Join(v1Mount, "freezer", p.root, "pod"+uid)}
+	p.checkFrozen = func(t *testing.T) {
+		// The container cgroup below the pod is frozen with it.
+		state, err := os.ReadFile(filepath.Join(filepath.Dir(p.procs[0]), "freezer.state"))
+		if err != nil || strings.TrimSpace(string(state)) != "FROZEN" {
+			t.Errorf("container freezer.state = %q (%v), want FROZEN", state, err)
+		}
+	}
 	t.Cleanup(func() {
 		_ = p.pod.Thaw()
-		for _, ctl := range []string{"freezer", "memory"} {
-			base := filepath.Join(v1Mount, ctl, p.root)
-			for _, d := range []string{p.container[ctl], filepath.Dir(p.container[ctl]), base} {
-				if err := removeCgroup(d); err != nil {
-					t.Errorf("removing %s: %v", d, err)
-				}
+		for _, d := range dirs {
+			if err := removeCgroup(d); err != nil {
+				t.Errorf("removing %s: %v", d, err)
 			}
 		}
 	})
 	return p
 }
 
-// removeCgroup removes a cgroup directory, retrying while its last tasks exit.
-func removeCgroup(dir string) error {
-	var err error
-	for range 200 {
-		err = os.Remove(dir)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return err
-}
-
-// start runs a workload in the container cgroup; it is reaped as soon as it
-// exits, and its end (the signal that ended it) is sent on the channel.
-func (p *v1Pod) start(t *testing.T, mode string) (*exec.Cmd, <-chan error) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	reaped := make(chan struct{})
-	go func() { done <- cmd.Wait(); close(reaped) }()
-	t.Cleanup(func() {
-		_ = p.pod.Thaw()
-		_ = cmd.Process.Kill()
-		<-reaped
-	})
-	for _, ctl := range []string{"freezer", "memory"} {
-		if err := os.WriteFile(filepath.Join(p.container[ctl], "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-			t.Fatalf("moving %d into %s: %v", cmd.Process.Pid, p.container[ctl], err)
-		}
-	}
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	return cmd, done
-}
-
-func (p *v1Pod) memoryUsage(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(p.container["memory"]), "memory.usage_in_bytes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// waitFor polls cond every 5 ms up to timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestV1_FrozenPodMemoryStaysFlatThawedItGrows(t *testing.T) {
-	p := newV1Pod(t)
-	_, _ = p.start(t, "alloc")
-	waitFor(t, 10*time.Second, "the allocator to pass 32 MiB", func() bool { return p.memoryUsage(t) > 32<<20 })
-
-	if err := p.pod.Freeze(); err != nil {
-		t.Fatal(err)
-	}
-	if frozen, err := p.pod.Frozen(); err != nil || !frozen {
-		t.Fatalf("Frozen() = %v, %v after Freeze", frozen, err)
-	}
-	state, _ := os.ReadFile(filepath.Join(p.container["freezer"], "freezer.state"))
-	if strings.TrimSpace(string(state)) != "FROZEN" {
-		t.Errorf("the container cgroup below the pod is %q, want FROZEN", strings.TrimSpace(string(state)))
-	}
-	atFreeze := p.memoryUsage(t)
-	time.Sleep(300 * time.Millisecond)
-	if later := p.memoryUsage(t); later > atFreeze+1<<20 {
-		t.Errorf("frozen pod grew from %d to %d MiB in 300ms", atFreeze>>20, later>>20)
-	}
-
-	if err := p.pod.Thaw(); err != nil {
-		t.Fatal(err)
-	}
-	if frozen, err := p.pod.Frozen(); err != nil || frozen {
-		t.Fatalf("Frozen() = %v, %v after Thaw", frozen, err)
-	}
-	waitFor(t, 5*time.Second, "the thawed allocator to grow 16 MiB", func() bool { return p.memoryUsage(t) > atFreeze+16<<20 })
+	testFrozenPodMemoryStaysFlatThawedItGrows(t, newV1Pod(t))
 }
 
 func TestV1_KillEndsEveryTaskOfAFrozenPod(t *testing.T) {
-	p := newV1Pod(t)
-	alloc, allocDone := p.start(t, "alloc")
-	forker, forkerDone := p.start(t, "fork")
-	waitFor(t, 10*time.Second, "the forker to start 20 children", func() bool {
-		pids, err := p.pod.Pids()
-		return err == nil && len(pids) >= 22
-	})
-	if err := p.pod.Freeze(); err != nil {
-		t.Fatal(err)
-	}
-	frozenPids, err := p.pod.Pids()
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	if later, _ := p.pod.Pids(); len(later) != len(frozenPids) {
-		t.Errorf("frozen pod's processes went from %d to %d: the forker still forks", len(frozenPids), len(later))
-	}
-
-	start := time.Now()
-	n, err := p.pod.Kill(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if n != len(frozenPids) {
-		t.Errorf("Kill signalled %d processes, want the %d of the frozen pod", n, len(frozenPids))
-	}
-	for name, done := range map[string]<-chan error{"allocator": allocDone, "forker": forkerDone} {
-		select {
-		case err := <-done:
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Errorf("%s ended with %v, want SIGKILL", name, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s still running 5s after Kill", name)
-		}
-	}
-	for ctl, dir := range p.container {
-		tasks, err := os.ReadFile(filepath.Join(dir, "tasks"))
-		if err != nil || len(strings.TrimSpace(string(tasks))) != 0 {
-			t.Errorf("%s container cgroup still has tasks %q (%v)", ctl, tasks, err)
-		}
-	}
-	if frozen, err := p.pod.Frozen(); err != nil || frozen {
-		t.Errorf("after Kill the pod cgroup is frozen=%v (%v), want thawed", frozen, err)
-	}
-	t.Logf("killed %d processes (allocator %d, forker %d and its children) in %v", n, alloc.Process.Pid, forker.Process.Pid, took)
+	testKillEndsEveryTaskOfAFrozenPod(t, newV1Pod(t))
 }
 
 func TestV1_BrakeHoldThawsAtItsDeadline(t *testing.T) {
-	p := newV1Pod(t)
-	_, _ = p.start(t, "alloc")
-	waitFor(t, 10*time.Second, "the allocator to pass 16 MiB", func() bool { return p.memoryUsage(t) > 16<<20 })
-	expired := make(chan Hold, 1)
-	b := New(func(h Hold, err error) {
-		if err != nil {
-			t.Errorf("thaw at the deadline: %v", err)
-		}
-		expired <- h
-	})
-	h, err := b.Freeze("uid-1", "default/alloc", p.pod, 300*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("froze in %v", h.FreezeTook)
-	select {
-	case got := <-expired:
-		if got.UID != "uid-1" {
-			t.Errorf("expired hold %+v", got)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the hold did not end at its 300ms deadline")
-	}
-	if frozen, err := p.pod.Frozen(); err != nil || frozen {
-		t.Errorf("after the deadline the pod is frozen=%v (%v)", frozen, err)
-	}
-	if len(b.Held()) != 0 {
-		t.Errorf("holds left: %+v", b.Held())
-	}
+	testHoldThawsAtItsDeadline(t, newV1Pod(t))
 }
 
-func BenchmarkV1_Freeze(b *testing.B) {
+func BenchmarkV1_FreezeThaw(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Fatal("run as root")
 	}
@@ -307,13 +76,5 @@ func BenchmarkV1_Freeze(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = removeCgroup(root) }()
-	cg := PodCgroup{Version: V1, Dir: root}
-	for b.Loop() {
-		if err := cg.Freeze(); err != nil {
-			b.Fatal(err)
-		}
-		if err := cg.Thaw(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchFreezeThaw(b, PodCgroup{Version: V1, Dir: root})
 }

@@ -2,9 +2,10 @@
 
 // Package cgroup2 is the cgroup v2 test tier (make test-cgroup2): it boots
 // Debian's stock kernel in qemu with cgroup v2 only (internal/testenv/vm),
-// runs the v2 integration tests of internal/notify and internal/monitor
-// there as static test binaries, and reports every guest test as a subtest
-// here. A guest test that fails, is skipped or never reports fails this one.
+// runs the v2 integration tests of internal/notify, internal/monitor and
+// internal/brake there as static test binaries, and reports every guest test
+// as a subtest here. A guest test that fails, is skipped or never reports
+// fails this one.
 package cgroup2
 
 import (
