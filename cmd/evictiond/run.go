@@ -167,6 +167,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	reach := &reachability{}
 	restCfg.Wrap(reach.wrap)
 	restCfg.UserAgent = "evictiond"
+	setClientLimits(restCfg)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
@@ -356,6 +357,22 @@ func restartOnlyChanges(old, next *policy.Config) string {
 		out = append(out, "reclaim.*")
 	}
 	return strings.Join(out, ", ")
+}
+
+// The API client's own rate limit (client-go's token bucket, per agent). An
+// agent's heaviest second is the start of a hard-pressure episode: its
+// condition, its taint, the eviction, and two or three Events; it needs no
+// more than the burst and then almost nothing (docs/scale.md, make
+// bench-fleet). The limit is a per-node safety net against a loop gone wrong,
+// not what protects the API server from a fleet: API priority and fairness
+// does that, for every node at once.
+const (
+	clientQPS   = 5
+	clientBurst = 10
+)
+
+func setClientLimits(c *rest.Config) {
+	c.QPS, c.Burst = clientQPS, clientBurst
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -410,6 +410,10 @@ func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string, 
 	return cfg, nil
 }
 
+// APIServerPID is kube-apiserver's process id (0 while it is stopped), for
+// benchmarks that read its CPU time and memory from /proc.
+func (e *Env) APIServerPID() int { return e.apiserver.Pid() }
+
 // LogPath returns the log file of a component: "etcd", "kube-apiserver",
 // "kube-controller-manager" or "kube-scheduler".
 func (e *Env) LogPath(component string) string {

@@ -64,6 +64,15 @@ func (p *Process) Running() bool {
 	}
 }
 
+// Pid is the running process's id, 0 when it is not running (for reading
+// its CPU time and memory from /proc).
+func (p *Process) Pid() int {
+	if !p.Running() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Stop sends SIGTERM, and SIGKILL after grace (at once when grace is 0), and
 // waits for the exit.
 func (p *Process) Stop(grace time.Duration) {
