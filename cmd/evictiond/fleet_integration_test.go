@@ -49,12 +49,12 @@ import (
 // each agent's transport, by verb and resource, 429s included.
 
 type fleetOptions struct {
-	nodes, pods          int
-	quiet, storm, settle time.Duration
+	nodes, pods                int
+	quiet, storm, flap, settle time.Duration
 }
 
 func fleetOptionsFromEnv(b *testing.B) fleetOptions {
-	o := fleetOptions{nodes: 200, pods: 20000, quiet: 60 * time.Second, storm: 20 * time.Second, settle: 3 * time.Minute}
+	o := fleetOptions{nodes: 200, pods: 20000, quiet: 60 * time.Second, storm: 20 * time.Second, flap: 30 * time.Second, settle: 3 * time.Minute}
 	for name, dst := range map[string]*int{"FLEET_NODES": &o.nodes, "FLEET_PODS": &o.pods} {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -64,7 +64,7 @@ func fleetOptionsFromEnv(b *testing.B) fleetOptions {
 			*dst = n
 		}
 	}
-	for name, dst := range map[string]*time.Duration{"FLEET_QUIET": &o.quiet, "FLEET_STORM": &o.storm} {
+	for name, dst := range map[string]*time.Duration{"FLEET_QUIET": &o.quiet, "FLEET_STORM": &o.storm, "FLEET_FLAP": &o.flap} {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -268,7 +268,7 @@ func (w *nodeWatch) observe(n *corev1.Node) {
 		return
 	}
 	now := time.Now()
-	if _, ok := w.shown[n.Name]; !ok && showsPressure(corev1.NodeMemoryPressure, kube.TaintKeyMemoryPressure)(n) {
+	if _, ok := w.shown[n.Name]; !ok && showsPressure(kube.ConditionMemoryPressure, kube.TaintKeyMemoryPressure)(n) {
 		w.shown[n.Name] = now
 	}
 	if _, ok := w.shown[n.Name]; ok && ownsNothing(n) {
@@ -461,30 +461,52 @@ func BenchmarkFleet(b *testing.B) {
 	shownLat, releasedLat := latencies(stormStart, watch.shown), latencies(ended, watch.released)
 	watch.mu.Unlock()
 
+	// Flapping: every node's reading crosses the threshold and back every
+	// 2 s (memory hovering at the threshold), for FLEET_FLAP; then quiet
+	// until every node is released again.
+	flapStart := time.Now()
+	watch.arm(flapStart)
+	for on := true; time.Since(flapStart) < o.flap; on = !on {
+		pressure.Store(on)
+		time.Sleep(2 * time.Second)
+	}
+	pressure.Store(false)
+	flapEnded := time.Now()
+	for {
+		if shown, released := watch.counts(); released == shown || time.Now().After(flapEnded.Add(o.settle)) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	p3 := sampleProc(b, pid)
+	flap, flapThrottled, flapFailed := counter.snapshot()
+	flapEpisode := time.Since(flapStart)
+
 	w := os.Stdout
 	fmt.Fprintf(w, "\nFleet: %d agents, %d pods, client QPS %v burst %v (per agent), API server %s\n",
 		o.nodes, o.pods, clientQPS, clientBurst, apiServerVersion(b))
 	fmt.Fprintf(w, "start-up: %v for all agents (informers synced); requests %s, 429s %d\n",
 		started.Round(time.Millisecond), summarize(startCounts, 1), startThrottled)
-	fmt.Fprintf(w, "\n%-34s %12s %12s\n", "request (verb resource)", "quiet /s", "storm total")
+	fmt.Fprintf(w, "\n%-34s %12s %12s %12s\n", "request (verb resource)", "quiet /s", "storm total", "flap total")
 	keys := map[string]bool{}
-	for k := range quiet {
-		keys[k] = true
-	}
-	for k := range storm {
-		keys[k] = true
+	for _, m := range []map[string]int{quiet, storm, flap} {
+		for k := range m {
+			keys[k] = true
+		}
 	}
 	var sorted []string
 	for k := range keys {
 		sorted = append(sorted, k)
 	}
 	sort.Strings(sorted)
-	var quietWrites, stormWrites int
+	var quietWrites, stormWrites, flapWrites int
 	for _, k := range sorted {
-		fmt.Fprintf(w, "%-34s %12.3f %12d\n", k, float64(quiet[k])/o.quiet.Seconds(), storm[k])
+		fmt.Fprintf(w, "%-34s %12.3f %12d %12d\n", k, float64(quiet[k])/o.quiet.Seconds(), storm[k], flap[k])
 		if isWrite(k) {
 			quietWrites += quiet[k]
 			stormWrites += storm[k]
+			flapWrites += flap[k]
 		}
 	}
 	fmt.Fprintf(w, "\nquiet (%v): %d writes (%.3f/s), 429s %d, failures %d; API server CPU %.1f%%, RSS %d MiB\n",
@@ -496,10 +518,13 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Fprintf(w, "  released on %d/%d nodes: p50 %v, p99 %v, max %v after the pressure ended (transition period %v)\n",
 		len(releasedLat), o.nodes, pct(releasedLat, 0.5), pct(releasedLat, 0.99), pct(releasedLat, 1), cfg.PressureTransitionPeriod)
 	fmt.Fprintf(w, "  API server CPU %.1f%% over the episode, RSS %d MiB\n", cpuPercent(p1, p2), p2.rssKiB>>10)
+	fmt.Fprintf(w, "flap (threshold crossed and back every 2 s for %v, episode %v): %d writes = %.1f per node, 429s %d, failures %d; API server CPU %.1f%%\n",
+		o.flap, flapEpisode.Round(time.Second), flapWrites, float64(flapWrites)/float64(o.nodes), flapThrottled, flapFailed, cpuPercent(p2, p3))
 	b.ReportMetric(float64(quietWrites)/o.quiet.Seconds(), "quiet-writes/s")
 	b.ReportMetric(float64(stormWrites)/float64(o.nodes), "writes/node/episode")
 	b.ReportMetric(pct(shownLat, 1).Seconds(), "all-shown-s")
-	b.ReportMetric(float64(stormThrottled), "429s")
+	b.ReportMetric(float64(stormThrottled+flapThrottled), "429s")
+	b.ReportMetric(float64(flapWrites)/float64(o.nodes), "flap-writes/node")
 	if len(shownLat) != o.nodes || len(releasedLat) != o.nodes {
 		b.Errorf("condition and taint shown on %d and released on %d of %d nodes", len(shownLat), len(releasedLat), o.nodes)
 	}
