@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/evictiond/evictiond/test/e2e/cluster"
@@ -76,18 +77,10 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 			"it reads a pid_max that is not the node's (pid_max is per PID namespace since Linux 6.14; the DaemonSet needs hostPID, "+
 			"or evictiond must read it another way)", got, want)
 	}
-	// The hog takes 3000 threads; the threshold sits 1500 below today's availability, so the
-	// machine's own churn (other work on it) is far from it and the hog crosses it halfway.
-	threshold := pidAvailable(t) - 1500
-	edited := strings.Replace(original, "pid.available: 2%", fmt.Sprintf("pid.available: %q", strconv.FormatInt(threshold, 10)), 1)
-	if edited == original {
-		t.Fatal("the e2e config has no `pid.available: 2%` hard threshold to replace")
-	}
-	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="pid.available"}`, float64(threshold))
+	setPIDThresholdForHog(t, c, original)
 
 	bystander := podOnNode(ns, "bystander", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "16Mi"), nil))
-	hog := podOnNode(ns, "pidhog", workloadContainer("pidhog", []string{"-mode=threads", "-count=3000", "-rate=1000"}, resources("cpu", "100m", "memory", "64Mi"), nil))
+	hog := pidHog(ns)
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, bystander, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,4 +98,23 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "bystander", metav1.GetOptions{}); err != nil || !podReady(p) {
 		t.Errorf("bystander hurt: %v %s", err, describeStatus(p))
 	}
+}
+
+// setPIDThresholdForHog sets evictiond's hard pid.available threshold and waits until it is
+// in force. The hog takes 3000 threads; the threshold sits 1500 below today's availability,
+// so the machine's own churn (other work on it) is far from it and the hog crosses it halfway.
+func setPIDThresholdForHog(t *testing.T, c *cluster.Cluster, original string) {
+	t.Helper()
+	threshold := pidAvailable(t) - 1500
+	edited := strings.Replace(original, "pid.available: 2%", fmt.Sprintf("pid.available: %q", strconv.FormatInt(threshold, 10)), 1)
+	if edited == original {
+		t.Fatal("the e2e config has no `pid.available: 2%` hard threshold to replace")
+	}
+	setEvictiondConfig(t, c, edited)
+	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="pid.available"}`, float64(threshold))
+}
+
+// pidHog is a pod starting 3000 threads, 1000 a second.
+func pidHog(ns string) *corev1.Pod {
+	return podOnNode(ns, "pidhog", workloadContainer("pidhog", []string{"-mode=threads", "-count=3000", "-rate=1000"}, resources("cpu", "100m", "memory", "64Mi"), nil))
 }

@@ -373,15 +373,8 @@ func soakPIDEpisode(t *testing.T, c *cluster.Cluster, original string, i int) {
 	ns := fmt.Sprintf("soak-pids-%d", i)
 	createNamespace(t, c.Client, ns)
 	t.Cleanup(func() { setEvictiondConfig(t, c, original) })
-	threshold := pidAvailable(t) - 1500
-	edited := strings.Replace(original, "pid.available: 2%", fmt.Sprintf("pid.available: %q", strconv.FormatInt(threshold, 10)), 1)
-	if edited == original {
-		t.Fatal("the e2e config has no `pid.available: 2%` hard threshold to replace")
-	}
-	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="pid.available"}`, float64(threshold))
-	hog := podOnNode(ns, "pidhog", workloadContainer("pidhog", []string{"-mode=threads", "-count=3000", "-rate=1000"}, resources("cpu", "100m", "memory", "64Mi"), nil))
-	created, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), hog, metav1.CreateOptions{})
+	setPIDThresholdForHog(t, c, original)
+	created, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), pidHog(ns), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
