@@ -15,12 +15,24 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN) ./cmd/evictiond
 
-# make image: the container image as a docker-archive tarball, built without a
-# Docker engine (same content as the Dockerfile's final stage).
-IMAGE     ?= evictiond.io/evictiond:dev
-IMAGE_TAR ?= bin/evictiond-image.tar
+# make image: the container image for every platform of IMAGE_PLATFORMS, built without a
+# Docker engine with go-containerregistry (same content as the Dockerfile's final stage): an
+# OCI image index in the OCI layout IMAGE_LAYOUT (push: crane push $(IMAGE_LAYOUT) REF), and
+# this machine's platform as the docker-archive IMAGE_TAR the e2e tier imports. Prints the
+# index digest. mk/image.mk checks each platform's binary (make test-image).
+IMAGE           ?= evictiond.io/evictiond:dev
+IMAGE_TAR       ?= bin/evictiond-image.tar
+IMAGE_LAYOUT    ?= bin/evictiond-image.oci
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 image: build
-	$(GO) run ./hack/build-image -binary $(BIN) -ref $(IMAGE) -o $(IMAGE_TAR)
+	@for p in $(IMAGE_PLATFORMS); do \
+		echo "building bin/$${p%/*}_$${p#*/}/evictiond"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags='-s -w' -o bin/$${p%/*}_$${p#*/}/evictiond ./cmd/evictiond || exit 1; \
+	done
+	$(GO) run ./hack/build-image $(foreach p,$(IMAGE_PLATFORMS),-platform $(p)=bin/$(subst /,_,$(p))/evictiond) \
+		-ref $(IMAGE) -version $(IMAGE_VERSION) -revision "$(IMAGE_REVISION)" -oci $(IMAGE_LAYOUT) -o $(IMAGE_TAR)
 
 -include mk/*.mk
 

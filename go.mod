@@ -23,6 +23,15 @@ require (
 require github.com/fsnotify/fsnotify v1.9.0
 
 require (
+	github.com/containerd/stargz-snapshotter/estargz v0.16.3 // indirect
+	github.com/google/go-containerregistry v0.20.6
+	github.com/klauspost/compress v1.18.0 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/vbatts/tar-split v0.12.1 // indirect
+)
+
+require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect

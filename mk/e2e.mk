@@ -18,8 +18,8 @@ e2e-deps:
 e2e-prometheus:
 	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/prometheus.sh >/dev/null
 
-test-e2e: k8s-binaries e2e-deps e2e-prometheus
-	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_PROMETHEUS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/prometheus.sh) \
+test-e2e: k8s-binaries e2e-deps e2e-prometheus helm
+	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_PROMETHEUS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/prometheus.sh) EVICTIOND_HELM=$(HELM) \
 		$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' -v ./test/e2e/...
 
 # make bench-ramp: memory ramps at 100/400/1000/4000 MiB/s against the kubelet's eviction

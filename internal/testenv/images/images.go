@@ -1,7 +1,8 @@
 // Package images builds small container images locally, with no registry and no Docker engine,
-// and imports them into a containerd. An image is written as a docker-archive tar (the format
-// `docker save` writes: manifest.json, the config JSON, one uncompressed layer tar) and imported
-// with `ctr images import`.
+// with go-containerregistry, and imports them into a containerd. An image is an OCI image of
+// one layer, written as a docker-archive tar (the format `docker save` writes) and imported
+// with `ctr images import`; hack/build-image makes evictiond's multi-platform index from the
+// same Image.
 //
 // Typical use in a test:
 //
@@ -18,8 +19,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -30,6 +29,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // BusyboxPath is where Debian's busybox-static installs its static binary.
@@ -65,6 +72,13 @@ type Spec struct {
 	Cmd        []string
 	// Env is the image config's environment; PATH is added when absent.
 	Env []string
+	// Labels are the image config's labels (e.g. org.opencontainers.image.source).
+	Labels map[string]string
+	// User is the image config's user ("uid[:gid]"); empty means root.
+	User string
+	// Compress gzips the layer (for an image pushed to a registry); test images stay
+	// uncompressed, as fast to write and import as a docker save.
+	Compress bool
 }
 
 // Busybox returns a spec holding the host's static busybox (package busybox-static) with
@@ -114,77 +128,80 @@ type Built struct {
 	Ref string
 }
 
-// WriteDockerArchive writes spec as a docker-archive tar to w.
-func WriteDockerArchive(w io.Writer, spec Spec) (Built, error) {
-	if spec.Ref == "" {
-		return Built{}, fmt.Errorf("image spec: Ref is empty")
-	}
+// Image builds spec as an OCI image for the platform (one layer, the config with
+// spec's command, environment, labels and user) with go-containerregistry. The same spec
+// and platform always give the same image: every time in it is fixed.
+func Image(spec Spec, platform v1.Platform) (v1.Image, error) {
 	layer, err := layerTar(spec.Files)
 	if err != nil {
-		return Built{}, fmt.Errorf("image %s: building layer: %w", spec.Ref, err)
+		return nil, fmt.Errorf("image %s: building layer: %w", spec.Ref, err)
 	}
-	layerDigest := sha256.Sum256(layer)
-	layerHex := hex.EncodeToString(layerDigest[:])
-
+	// Test images stay uncompressed (a 200 MiB padding file is not gzipped twice per import);
+	// a shipped image is gzipped.
+	l := static.NewLayer(layer, types.OCIUncompressedLayer)
+	if spec.Compress {
+		if l, err = tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
+			tarball.WithMediaType(types.OCILayer)); err != nil {
+			return nil, fmt.Errorf("image %s: layer: %w", spec.Ref, err)
+		}
+	}
+	img, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON),
+		mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "evictiond internal/testenv/images"}})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	cfg = cfg.DeepCopy()
 	env := spec.Env
 	if !hasPath(env) {
 		env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	}
-	config, err := json.Marshal(map[string]any{
-		"architecture": runtime.GOARCH,
-		"os":           "linux",
-		"created":      epoch.Format(time.RFC3339),
-		"config": map[string]any{
-			"Entrypoint": spec.Entrypoint,
-			"Cmd":        spec.Cmd,
-			"Env":        env,
-		},
-		"rootfs": map[string]any{
-			"type":     "layers",
-			"diff_ids": []string{"sha256:" + layerHex},
-		},
-		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "evictiond internal/testenv/images"}},
-	})
+	cfg.OS, cfg.Architecture, cfg.Variant = platform.OS, platform.Architecture, platform.Variant
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.Env = spec.Entrypoint, spec.Cmd, env
+	cfg.Config.Labels, cfg.Config.User = spec.Labels, spec.User
+	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
-		return Built{}, fmt.Errorf("image %s: encoding config: %w", spec.Ref, err)
+		return nil, fmt.Errorf("image %s: config: %w", spec.Ref, err)
 	}
-	configDigest := sha256.Sum256(config)
-	configHex := hex.EncodeToString(configDigest[:])
+	return img, nil
+}
 
-	manifest, err := json.Marshal([]map[string]any{{
-		"Config":   configHex + ".json",
-		"RepoTags": []string{spec.Ref},
-		"Layers":   []string{layerHex + "/layer.tar"},
-	}})
+// HostPlatform is linux on this machine's architecture: what a local containerd runs.
+func HostPlatform() v1.Platform {
+	return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+}
+
+// WriteDockerArchive writes spec, for the host's platform, as a docker-archive tar to w
+// (go-containerregistry's tarball format, which `ctr images import` and `docker load` read).
+func WriteDockerArchive(w io.Writer, spec Spec) (Built, error) {
+	if spec.Ref == "" {
+		return Built{}, fmt.Errorf("image spec: Ref is empty")
+	}
+	img, err := Image(spec, HostPlatform())
 	if err != nil {
-		return Built{}, fmt.Errorf("image %s: encoding manifest: %w", spec.Ref, err)
+		return Built{}, err
 	}
+	return WriteImageArchive(w, spec.Ref, img)
+}
 
-	tw := tar.NewWriter(w)
-	entries := []struct {
-		name string
-		data []byte
-	}{
-		{configHex + ".json", config},
-		{layerHex + "/layer.tar", layer},
-		{"manifest.json", manifest},
+// WriteImageArchive writes img tagged ref as a docker-archive tar to w.
+func WriteImageArchive(w io.Writer, ref string, img v1.Image) (Built, error) {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return Built{}, fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: layerHex + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch}); err != nil {
-		return Built{}, fmt.Errorf("image %s: writing archive: %w", spec.Ref, err)
+	id, err := img.ConfigName()
+	if err != nil {
+		return Built{}, fmt.Errorf("image %s: %w", ref, err)
 	}
-	for _, e := range entries {
-		hdr := &tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return Built{}, fmt.Errorf("image %s: writing archive: %w", spec.Ref, err)
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return Built{}, fmt.Errorf("image %s: writing archive: %w", spec.Ref, err)
-		}
+	if err := tarball.Write(tag, img, w); err != nil {
+		return Built{}, fmt.Errorf("image %s: writing archive: %w", ref, err)
 	}
-	if err := tw.Close(); err != nil {
-		return Built{}, fmt.Errorf("image %s: closing archive: %w", spec.Ref, err)
-	}
-	return Built{ID: "sha256:" + configHex, Ref: spec.Ref}, nil
+	return Built{ID: id.String(), Ref: ref}, nil
 }
 
 // WriteDockerArchiveFile writes spec as a docker-archive tar at filePath.

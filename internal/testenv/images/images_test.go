@@ -3,10 +3,14 @@ package images
 import (
 	"archive/tar"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 func TestArchivesAreReproducibleAndDistinct(t *testing.T) {
@@ -23,9 +27,9 @@ func TestArchivesAreReproducibleAndDistinct(t *testing.T) {
 		}
 		return b, buf.Bytes()
 	}
-	a1, tar1 := build(spec("example.test/a:v1", "a"))
-	a2, tar2 := build(spec("example.test/a:v1", "a"))
-	b, _ := build(spec("example.test/b:v1", "b"))
+	a1, tar1 := build(spec("example.test/app-a:v1", "a"))
+	a2, tar2 := build(spec("example.test/app-a:v1", "a"))
+	b, _ := build(spec("example.test/app-b:v1", "b"))
 	if a1.ID != a2.ID || !bytes.Equal(tar1, tar2) {
 		t.Errorf("same spec gave IDs %s and %s (archives equal: %v)", a1.ID, a2.ID, bytes.Equal(tar1, tar2))
 	}
@@ -34,50 +38,54 @@ func TestArchivesAreReproducibleAndDistinct(t *testing.T) {
 	}
 }
 
-func TestArchiveHasDockerSaveLayout(t *testing.T) {
+// TestArchiveReadsBackAsTheImage reads the docker-archive back with go-containerregistry:
+// one image tagged with the spec's reference, whose config digest is the ID returned, for the
+// host's platform, with the command, labels and user, and one layer holding the files, their
+// parent directories and the symlinks.
+func TestArchiveReadsBackAsTheImage(t *testing.T) {
 	var buf bytes.Buffer
-	built, err := WriteDockerArchive(&buf, Spec{Ref: "example.test/x:v1", Files: []File{{Path: "/bin/x", Data: []byte("x")}, {Path: "/bin/y", Symlink: "x"}}})
+	spec := Spec{Ref: "example.test/app:v1", Entrypoint: []string{"/bin/x"}, User: "65532:65532",
+		Labels: map[string]string{"org.opencontainers.image.source": "https://example.test/x"},
+		Files:  []File{{Path: "/bin/x", Data: []byte("x")}, {Path: "/bin/y", Symlink: "x"}}}
+	built, err := WriteDockerArchive(&buf, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{}
-	tr := tar.NewReader(&buf)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(tr)
-		files[hdr.Name] = data
-	}
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
-	if len(manifest) != 1 || manifest[0].RepoTags[0] != "example.test/x:v1" || len(manifest[0].Layers) != 1 {
-		t.Fatalf("manifest = %+v", manifest)
-	}
-	if "sha256:"+manifest[0].Config[:len(manifest[0].Config)-len(".json")] != built.ID {
-		t.Errorf("config file %s does not match ID %s", manifest[0].Config, built.ID)
-	}
-	var cfg struct {
-		RootFS struct {
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if err := json.Unmarshal(files[manifest[0].Config], &cfg); err != nil {
+	data := buf.Bytes()
+	tag, err := name.NewTag(spec.Ref)
+	if err != nil {
 		t.Fatal(err)
 	}
-	layer := files[manifest[0].Layers[0]]
+	img, err := tarball.Image(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, &tag)
+	if err != nil {
+		t.Fatalf("reading the archive back as %s: %v", spec.Ref, err)
+	}
+	id, err := img.ConfigName()
+	if err != nil || id.String() != built.ID {
+		t.Errorf("config digest %v (%v), want the returned ID %s", id, err, built.ID)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture != runtime.GOARCH {
+		t.Errorf("platform %s/%s, want linux/%s", cfg.OS, cfg.Architecture, runtime.GOARCH)
+	}
+	if cfg.Config.User != spec.User || cfg.Config.Labels["org.opencontainers.image.source"] != "https://example.test/x" ||
+		len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/bin/x" {
+		t.Errorf("config %+v does not carry the spec's user, labels and entrypoint", cfg.Config)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %d (%v), want one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
 	names := map[string]byte{}
-	ltr := tar.NewReader(bytes.NewReader(layer))
+	ltr := tar.NewReader(rc)
 	for {
 		hdr, err := ltr.Next()
 		if errors.Is(err, io.EOF) {
@@ -93,14 +101,11 @@ func TestArchiveHasDockerSaveLayout(t *testing.T) {
 			t.Errorf("layer entry %s type = %q, want %q (entries %v)", name, names[name], typ, names)
 		}
 	}
-	if len(cfg.RootFS.DiffIDs) != 1 {
-		t.Errorf("diff_ids = %v, want one", cfg.RootFS.DiffIDs)
-	}
 }
 
 func TestRelativeFilePathIsRejected(t *testing.T) {
-	_, err := WriteDockerArchive(io.Discard, Spec{Ref: "x:1", Files: []File{{Path: "bin/x"}}})
-	if err == nil {
-		t.Fatal("relative path accepted")
+	_, err := WriteDockerArchive(io.Discard, Spec{Ref: "example.test/app:v1", Files: []File{{Path: "bin/x"}}})
+	if err == nil || !strings.Contains(err.Error(), `file path "bin/x": must be absolute`) {
+		t.Fatalf("relative path: error %v, want one naming the path and the rule", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type DeployOptions struct {
 	Config string
 	// ReadyTimeout bounds the wait for the DaemonSet's pod to be Ready. Default 2 min.
 	ReadyTimeout time.Duration
+	// Helm, when set, is a helm binary: evictiond is installed from charts/evictiond with
+	// `helm install` (HelmValues) instead of applying deploy/ through the e2e overlay.
+	Helm string
 }
 
 // DeployEvictiond imports evictiond's image, renders deploy/ through the e2e overlay
@@ -71,7 +75,8 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 		archive = os.Getenv("EVICTIOND_IMAGE_TAR")
 	}
 	if archive == "" {
-		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+		// This machine's platform only: the index's other platforms are make image's business.
+		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image", "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("make image: %w: %s", err, out)
@@ -81,6 +86,12 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	if err := c.ImportArchive(ctx, archive); err != nil {
 		return nil, fmt.Errorf("importing evictiond's image %s: %w", archive, err)
 	}
+	if opts.Helm != "" {
+		if err := c.HelmInstallEvictiond(ctx, opts.Helm, root, opts.Config); err != nil {
+			return nil, err
+		}
+		return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
+	}
 	manifests, err := c.RenderEvictiond(root, opts.Config)
 	if err != nil {
 		return nil, err
@@ -89,6 +100,88 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 		return nil, err
 	}
 	return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
+}
+
+// HelmRelease is the release name HelmInstallEvictiond installs: the chart then names its
+// objects as deploy/ does (EvictiondDaemonSet, EvictiondConfigMap).
+const HelmRelease = "evictiond"
+
+// HelmValues are the chart values of this run: what the e2e overlay and RenderEvictiond
+// change in deploy/, as the chart's values (image pull policy Never, no mount propagation,
+// the API server on loopback, the private containerd's socket directory, the kubelet's
+// directories, the e2e EvictionConfiguration of test/e2e/overlay/configmap-patch.yaml, or
+// config when set).
+func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
+	apiPort := strings.TrimPrefix(c.Config.Host[strings.LastIndex(c.Config.Host, ":"):], ":")
+	if _, err := strconv.Atoi(apiPort); err != nil {
+		return nil, fmt.Errorf("API server host %q: no port", c.Config.Host)
+	}
+	if config == "" {
+		patch, err := os.ReadFile(filepath.Join(repoRoot, "test", "e2e", "overlay", "configmap-patch.yaml"))
+		if err != nil {
+			return nil, fmt.Errorf("reading the e2e configuration: %w", err)
+		}
+		var cm struct {
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal(patch, &cm); err != nil || cm.Data["config.yaml"] == "" {
+			return nil, fmt.Errorf("test/e2e/overlay/configmap-patch.yaml: no data.config.yaml (%v)", err)
+		}
+		config = cm.Data["config.yaml"]
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
+		return nil, fmt.Errorf("the EvictionConfiguration is not a YAML map: %w", err)
+	}
+	return map[string]any{
+		"image":  map[string]any{"pullPolicy": "Never"},
+		"config": cfg,
+		// See test/e2e/overlay/daemonset-patch.yaml: this machine's / is a private mount.
+		"host": map[string]any{
+			"rootMountPropagation": "None",
+			"criSocketDir":         c.Containerd.Dir,
+			"podLogsDir":           c.PodLogsDir,
+			"stateDir":             filepath.Join(c.Dir, "evictiond-state"),
+		},
+		"extraArgs": []string{"--kubelet-root-dir=" + c.KubeletRootDir, "--image-fs-dir=" + c.Containerd.Root},
+		"extraEnv": []map[string]string{
+			{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+			{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
+		},
+	}, nil
+}
+
+// HelmInstallEvictiond runs `helm install` of charts/evictiond into EvictiondNamespace
+// (created by Helm) with HelmValues, and waits for nothing (see WaitEvictiondReady).
+func (c *Cluster) HelmInstallEvictiond(ctx context.Context, helm, repoRoot, config string) error {
+	values, err := c.HelmValues(repoRoot, config)
+	if err != nil {
+		return err
+	}
+	data, err := yaml.Marshal(values)
+	if err != nil {
+		return fmt.Errorf("encoding the chart values: %w", err)
+	}
+	valuesFile := filepath.Join(c.Dir, "helm-values.yaml")
+	if err := os.WriteFile(valuesFile, data, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", valuesFile, err)
+	}
+	out, err := c.Helm(ctx, helm, "install", HelmRelease, filepath.Join(repoRoot, "charts", "evictiond"),
+		"--namespace", EvictiondNamespace, "--create-namespace", "-f", valuesFile)
+	if err != nil {
+		return fmt.Errorf("helm install evictiond charts/evictiond -f %s: %w\n%s", valuesFile, err, out)
+	}
+	return nil
+}
+
+// Helm runs the helm binary against the cluster (its admin kubeconfig) and returns its
+// combined output.
+func (c *Cluster) Helm(ctx context.Context, helm string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, helm, append([]string{"--kubeconfig", c.KubeconfigPath}, args...)...)
+	// Helm's caches and configuration stay inside the cluster's tree.
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
+	return cmd.CombinedOutput()
 }
 
 // RenderEvictiond builds the e2e overlay with this run's values layered on top: the API

@@ -1,0 +1,132 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/test/e2e/cluster"
+)
+
+// TestHelmInstall boots its own cluster and installs evictiond the way a platform team does:
+// `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM). Then the
+// memory episode of scenario 1 and the disk episode of scenario 3 run against it unchanged;
+// afterwards every panel of the Grafana dashboard (charts/evictiond/files/dashboard.json) shows
+// data in a real Prometheus that discovered the agent by its pod annotations; finally `helm
+// uninstall` removes the DaemonSet and its ConfigMap.
+func TestHelmInstall(t *testing.T) {
+	helm := os.Getenv("EVICTIOND_HELM")
+	if helm == "" {
+		t.Fatal("EVICTIOND_HELM is not set: run through make test-e2e (it builds Helm with hack/helm.sh)")
+	}
+	c := cluster.Start(t, cluster.Options{AuditLog: true})
+	ctx := context.Background()
+	start := time.Now()
+	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Helm: helm})
+	if err != nil {
+		t.Fatalf("helm install evictiond: %v", err)
+	}
+	t.Logf("helm install: evictiond pod %s Ready %s after the install", pod.Name, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
+		}
+	})
+	if out, err := c.Helm(ctx, helm, "status", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace); err != nil ||
+		!strings.Contains(string(out), "STATUS: deployed") {
+		t.Fatalf("helm status: %v\n%s", err, out)
+	}
+
+	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
+	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
+	t.Run("DashboardPanelsHaveData", func(t *testing.T) { testDashboardPanelsHaveData(t, c) })
+	t.Run("Uninstall", func(t *testing.T) {
+		if out, err := c.Helm(ctx, helm, "uninstall", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace, "--wait"); err != nil {
+			t.Fatalf("helm uninstall: %v\n%s", err, out)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, dsErr := c.Client.AppsV1().DaemonSets(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondDaemonSet, metav1.GetOptions{})
+			_, cmErr := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondConfigMap, metav1.GetOptions{})
+			return apierrors.IsNotFound(dsErr) && apierrors.IsNotFound(cmErr), nil
+		})
+		if err != nil {
+			t.Errorf("after helm uninstall the DaemonSet %s or the ConfigMap %s is still there", cluster.EvictiondDaemonSet, cluster.EvictiondConfigMap)
+		}
+	})
+}
+
+// grafanaVars are the values Grafana puts in the dashboard's queries with every node and
+// signal selected, at this Prometheus' 1 s scrape interval.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "15s", "$node", ".*", "$signal", ".*")
+
+// testDashboardPanelsHaveData: after the pressure episodes, every panel of the dashboard has
+// at least one query that returns series (a panel whose queries all return nothing would
+// show "No data"); queries without series are logged (e.g. read errors that never happened).
+func testDashboardPanelsHaveData(t *testing.T, c *cluster.Cluster) {
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join("..", "..", "charts", "evictiond", "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr  string `json:"expr"`
+			RefID string `json:"refId"`
+		} `json:"targets"`
+	}
+	var dash struct {
+		Panels []panel `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	prom := c.StartPrometheus(t)
+	checked := 0
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		checked++
+		var empty []string
+		// Rates need two scrapes in their window: poll until the panel has data.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+			empty = empty[:0]
+			has := false
+			for _, target := range p.Targets {
+				samples, err := prom.Query(ctx, grafanaVars.Replace(target.Expr))
+				if err != nil {
+					empty = append(empty, target.RefID+": "+err.Error())
+					continue
+				}
+				if len(samples) == 0 {
+					empty = append(empty, target.RefID)
+					continue
+				}
+				has = true
+			}
+			return has, nil
+		})
+		if err != nil {
+			t.Errorf("panel %q: no query returned data after 45s (without data: %v)\n--- prometheus ---\n%s", p.Title, empty, prom.LogTail(10))
+			continue
+		}
+		if len(empty) > 0 {
+			t.Logf("panel %q has data; queries without series: %v", p.Title, empty)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d panels read from dashboard.json", checked)
+	}
+}
