@@ -102,6 +102,16 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
 }
 
+// apiPort is the API server's port, which evictiond reaches on loopback (the node has no
+// kube-proxy, so the in-cluster Service address would lead nowhere).
+func (c *Cluster) apiPort() (string, error) {
+	port := strings.TrimPrefix(c.Config.Host[strings.LastIndex(c.Config.Host, ":"):], ":")
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", fmt.Errorf("API server host %q: no port", c.Config.Host)
+	}
+	return port, nil
+}
+
 // HelmRelease is the release name HelmInstallEvictiond installs: the chart then names its
 // objects as deploy/ does (EvictiondDaemonSet, EvictiondConfigMap).
 const HelmRelease = "evictiond"
@@ -112,9 +122,9 @@ const HelmRelease = "evictiond"
 // directories, the e2e EvictionConfiguration of test/e2e/overlay/configmap-patch.yaml, or
 // config when set).
 func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
-	apiPort := strings.TrimPrefix(c.Config.Host[strings.LastIndex(c.Config.Host, ":"):], ":")
-	if _, err := strconv.Atoi(apiPort); err != nil {
-		return nil, fmt.Errorf("API server host %q: no port", c.Config.Host)
+	apiPort, err := c.apiPort()
+	if err != nil {
+		return nil, err
 	}
 	if config == "" {
 		patch, err := os.ReadFile(filepath.Join(repoRoot, "test", "e2e", "overlay", "configmap-patch.yaml"))
@@ -197,9 +207,9 @@ func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	apiPort := strings.TrimPrefix(c.Config.Host[strings.LastIndex(c.Config.Host, ":"):], ":")
-	if _, err := strconv.Atoi(apiPort); err != nil {
-		return nil, fmt.Errorf("API server host %q: no port", c.Config.Host)
+	apiPort, err := c.apiPort()
+	if err != nil {
+		return nil, err
 	}
 	patch := fmt.Sprintf(`apiVersion: apps/v1
 kind: DaemonSet
