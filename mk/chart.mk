@@ -20,7 +20,8 @@ render-deploy: helm
 	HELM=$(HELM) ./hack/render-deploy.sh
 
 # deploy/ equals the chart's render; helm lint (strict) with the default values and each
-# test/chart/values-*.yaml; a pool the default pool cannot exclude is refused by name.
+# test/chart/values-*.yaml; a pool the default pool cannot exclude is refused by name; a
+# misspelt value is refused by values.schema.json.
 test-chart: helm
 	HELM=$(HELM) ./hack/render-deploy.sh --check
 	$(HELM) lint --strict $(CHART)
@@ -28,6 +29,9 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set-json 'nodePools=[{"name":"gpu","nodeSelector":{"a":"1","b":"2"}}]' 2>&1); \
 		echo "$$out" | grep -q 'nodePools\[0\].nodeSelector: .* has 2 labels' || \
 		{ echo "a pool with two labels was not refused by name: $$out"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set nodePool.name=gpu 2>&1); \
+		echo "$$out" | grep -q "additional properties 'nodePool' not allowed" || \
+		{ echo "a misspelt value was not refused by values.schema.json: $$out"; exit 1; }
 
 # The alerts (charts/evictiond/files/alerts.yaml) with Debian's promtool: syntax, then the
 # unit tests of test/alerts (each alert firing and not firing).
