@@ -32,6 +32,9 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set nodePool.name=gpu 2>&1); \
 		echo "$$out" | grep -q "additional properties 'nodePool' not allowed" || \
 		{ echo "a misspelt value was not refused by values.schema.json: $$out"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set configYAML='a: [' 2>&1); \
+		echo "$$out" | grep -q "configYAML: not a YAML map" || \
+		{ echo "a configYAML that is not YAML was not refused by name: $$out"; exit 1; }
 
 # The alerts (charts/evictiond/files/alerts.yaml) with Debian's promtool: syntax, then the
 # unit tests of test/alerts (each alert firing and not firing).

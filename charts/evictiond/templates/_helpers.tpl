@@ -50,6 +50,7 @@ named after the release) unless disabled, then every nodePools entry, checked. E
 carries its object name, its ConfigMap's name and its configuration. */}}
 {{- define "evictiond.pools" -}}
 {{- $full := include "evictiond.fullname" . -}}
+{{- $base := include "evictiond.baseConfig" . | fromYaml -}}
 {{- $pools := list -}}
 {{- $seen := dict -}}
 {{- $excluded := list -}}
@@ -72,7 +73,7 @@ carries its object name, its ConfigMap's name and its configuration. */}}
 {{- range $k, $v := $sel -}}
 {{- $excluded = append $excluded (dict "key" $k "operator" "NotIn" "values" (list (toString $v))) -}}
 {{- end -}}
-{{- $config := deepCopy $.Values.config -}}
+{{- $config := deepCopy $base -}}
 {{- if and (hasKey $p "mergeConfig") (not $p.mergeConfig) -}}
 {{- $config = default dict $p.config -}}
 {{- else if $p.config -}}
@@ -87,13 +88,26 @@ carries its object name, its ConfigMap's name and its configuration. */}}
 {{- $pools = append $pools $pool -}}
 {{- end -}}
 {{- if .Values.defaultPool.enabled -}}
-{{- $default := dict "pool" "default" "name" $full "configMap" (printf "%s-config" $full) "config" .Values.config "nodeSelector" .Values.nodeSelector "excluded" $excluded -}}
+{{- $default := dict "pool" "default" "name" $full "configMap" (printf "%s-config" $full) "config" .Values.config "configYAML" .Values.configYAML "nodeSelector" .Values.nodeSelector "excluded" $excluded -}}
 {{- $pools = prepend $pools $default -}}
 {{- end -}}
 {{- if not $pools -}}
 {{- fail "defaultPool.enabled: false and nodePools: []: the chart would run evictiond on no node; enable the default pool or add a pool" -}}
 {{- end -}}
 {{- toYaml $pools -}}
+{{- end -}}
+
+{{/* The default pool's EvictionConfiguration as a YAML map: configYAML when set, else config. */}}
+{{- define "evictiond.baseConfig" -}}
+{{- if .Values.configYAML -}}
+{{- $parsed := fromYaml .Values.configYAML -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "configYAML: not a YAML map: %s" $parsed.Error) -}}
+{{- end -}}
+{{- toYaml $parsed -}}
+{{- else -}}
+{{- toYaml .Values.config -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The default pool's affinity: the user's, with a NotIn expression for every other

@@ -120,7 +120,7 @@ const HelmRelease = "evictiond"
 // change in deploy/, as the chart's values (image pull policy Never, no mount propagation,
 // the API server on loopback, the private containerd's socket directory, the kubelet's
 // directories, the e2e EvictionConfiguration of test/e2e/overlay/configmap-patch.yaml, or
-// config when set).
+// config when set, as configYAML).
 func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 	apiPort, err := c.apiPort()
 	if err != nil {
@@ -139,13 +139,11 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 		}
 		config = cm.Data["config.yaml"]
 	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
-		return nil, fmt.Errorf("the EvictionConfiguration is not a YAML map: %w", err)
-	}
 	return map[string]any{
-		"image":  map[string]any{"pullPolicy": "Never"},
-		"config": cfg,
+		"image": map[string]any{"pullPolicy": "Never"},
+		// Verbatim, as the overlay has it: `config` would be deep-merged with the chart's
+		// default thresholds, and the scenarios edit this text.
+		"configYAML": config,
 		// See test/e2e/overlay/daemonset-patch.yaml: this machine's / is a private mount.
 		"host": map[string]any{
 			"rootMountPropagation": "None",
