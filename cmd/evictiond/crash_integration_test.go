@@ -517,9 +517,9 @@ func TestRunCrashDuringImageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	avail := int64(fs.Bavail) * fs.Bsize
-	// Ask for about five paddings more (three images) than is free: GC has to remove
+	// Ask for about seven paddings more (four images) than is free: GC has to remove
 	// several, one at a time, and the crash comes after the first.
-	want := avail + 5*pad
+	want := avail + 7*pad
 	t.Logf("imagefs %s: %d MiB available; threshold %d MiB; %d images", ctrd.Root, avail>>20, want>>20, countImages())
 	hard := fmt.Sprintf("  imagefs.available: %dMi", want>>20)
 	createPods(t, ns, node, 2)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -241,7 +242,14 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	}
 	starved := assessment.Starved
 	if starved == nil {
-		a.lastStarved = ""
+		// One EvictionThresholdMet per pressure episode: it is recorded again
+		// only once the signal's node condition was released (after the
+		// transition period), not each time a reading hovering at the
+		// threshold crosses it. On a fleet whose readings flap, those repeats
+		// were most of the agents' writes (docs/scale.md, make bench-fleet).
+		if a.lastStarved != "" && !slices.Contains(assessment.Conditions, a.lastStarved.Condition()) {
+			a.lastStarved = ""
+		}
 		a.lastHeldBack = ""
 		return
 	}

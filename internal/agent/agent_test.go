@@ -240,3 +240,47 @@ func TestExcludedSummaryCountsByReasonInOrder(t *testing.T) {
 		t.Errorf("excludedSummary(nil) = %q", got)
 	}
 }
+
+// A reading hovering at the threshold crosses it and back on every pass: the
+// EvictionThresholdMet Event is recorded once for the episode, and again only
+// after the condition was released (transition period) and pressure returned.
+func TestPass_ThresholdMetEventOncePerEpisodeNotPerCrossing(t *testing.T) {
+	a, clock, stats, _, _, rec := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\nevictionPressureTransitionPeriod: 10s\n")
+	under := policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
+	over := policy.Observations{policy.SignalMemoryAvailable: {Available: 4 << 30, Capacity: 8 << 30}}
+	thresholdMet := func() int {
+		n := 0
+		for {
+			select {
+			case e := <-rec.Events:
+				if strings.Contains(e, "EvictionThresholdMet") {
+					n++
+				}
+			default:
+				return n
+			}
+		}
+	}
+	for i := range 8 { // 8 s of flapping, within the transition period
+		stats.obs = under
+		if i%2 == 1 {
+			stats.obs = over
+		}
+		clock.now = clock.now.Add(time.Second)
+		a.pass(context.Background(), "test")
+	}
+	if n := thresholdMet(); n != 1 {
+		t.Fatalf("EvictionThresholdMet Events while the reading flapped: %d, want 1", n)
+	}
+	stats.obs = over
+	for range 12 { // the condition is released after 10 s without pressure
+		clock.now = clock.now.Add(time.Second)
+		a.pass(context.Background(), "test")
+	}
+	stats.obs = under
+	clock.now = clock.now.Add(time.Second)
+	a.pass(context.Background(), "test")
+	if n := thresholdMet(); n != 1 {
+		t.Fatalf("EvictionThresholdMet Events for a new episode after the release: %d, want 1", n)
+	}
+}
