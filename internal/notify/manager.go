@@ -379,6 +379,7 @@ func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
 // the pacer.
 func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observations, string) {
 	obs, err := m.opts.ReadMemory()
+	m.metrics.pollRead()
 	if err != nil {
 		m.metrics.pollError()
 		if err.Error() != lastErr { // one log line per distinct error, not 10 per second

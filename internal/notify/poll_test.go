@@ -74,6 +74,9 @@ func TestPollWakesOnEachCrossingInBothDirections(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.PollErrors); got != 1 {
 		t.Errorf("poll errors metric = %v, want 1", got)
 	}
+	if got := testutil.ToFloat64(metrics.PollReads); got != float64(len(steps)) {
+		t.Errorf("poll reads metric = %v, want %d", got, len(steps))
+	}
 	if got := testutil.ToFloat64(metrics.Wakes.WithLabelValues("poll")); got != 4 {
 		t.Errorf("wakes{notifier=poll} = %v, want 4", got)
 	}
