@@ -245,6 +245,20 @@ func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
 	if len(held)-onset < 5 {
 		t.Errorf("the watch saw %d node versions during the kubelet rewrites, want at least 5", len(held)-onset)
 	}
+
+	// docs/install.md's removal of the entries after an uninstall (kubectl patch --subresource
+	// status with this body) leaves the kubelet's entries alone.
+	patch := `{"status":{"conditions":[{"type":"EvictiondMemoryPressure","$patch":"delete"},{"type":"EvictiondDiskPressure","$patch":"delete"},{"type":"EvictiondPIDPressure","$patch":"delete"}]}}`
+	if _, err := env.Client.CoreV1().Nodes().Patch(context.Background(), n.name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("removing evictiond's conditions: %v", err)
+	}
+	node = getNode(t, n.name)
+	if s, _ := conditionOf(node, ConditionMemoryPressure); s != "" {
+		t.Errorf("EvictiondMemoryPressure still there after the documented removal (%s)", s)
+	}
+	if s, _ := conditionOf(node, corev1.NodeMemoryPressure); s != corev1.ConditionFalse {
+		t.Errorf("the kubelet's MemoryPressure was removed too (%q)", s)
+	}
 }
 
 func TestBothModesConditionsAndOnlyTheStandardOneFights(t *testing.T) {

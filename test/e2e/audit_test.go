@@ -27,6 +27,7 @@ type auditedRequest struct {
 type auditEvent struct {
 	Verb      string
 	User      struct{ Username string }
+	UserAgent string
 	ObjectRef struct {
 		Resource, Subresource, Namespace, Name string
 	}

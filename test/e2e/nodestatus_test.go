@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -229,7 +230,6 @@ func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 		}
 		submitted++
 	}
-	scheduledUnderPressure := scheduledPods(t, c)
 	released := releasePressure(t, c, "pressure")
 
 	cleared := waitNodeMemoryStatus(t, c, transition+30*time.Second, "clear of evictiond's memory condition and taint",
@@ -247,6 +247,14 @@ func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 		t.Fatalf("node watch: %v", err)
 	}
 	writes := auditedNodeWrites(t, c.API.AuditLogPath, cluster.NodeName)
+	// A pod bound during a lapse may be evicted and gone by now: the audit log has them all.
+	var scheduledUnderPressure []string
+	for pod, at := range auditedBindings(t, c.API.AuditLogPath, bestEffortNamespace) {
+		if at.Before(released) {
+			scheduledUnderPressure = append(scheduledUnderPressure, pod+" at "+at.Format(time.StampMilli))
+		}
+	}
+	sort.Strings(scheduledUnderPressure)
 
 	// The protection and the published condition: one unbroken stretch each, from the
 	// onset until after the pressure ended.
@@ -279,23 +287,29 @@ func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 	if len(scheduledUnderPressure) > 0 {
 		t.Errorf("BestEffort pods scheduled to the node under pressure: %v", scheduledUnderPressure)
 	}
-	ours := writesBetween(writes, start, cleared.Add(3*time.Second))["evictiond"]
-	whileHeld := writesBetween(writes, onset, released)["evictiond"]
+	ours := evictiondWrites(writesBetween(writes, start, cleared.Add(3*time.Second)))
+	whileHeld := evictiondWrites(writesBetween(writes, onset, released))
 	if mode == "own" && (ours > 4 || whileHeld > 0) {
 		t.Errorf("evictiond wrote the node %d times in the episode (%d while the pressure held); want at most 4 (taint and condition at the onset and at the release) and none while held", ours, whileHeld)
 	}
 
-	// The waiting BestEffort pods land once the taint is gone: the test could see one.
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return len(scheduledPods(t, c)) > 0, nil
-	})
-	if err != nil {
-		t.Errorf("no BestEffort pod was scheduled within 30 s after evictiond's taint was removed: the scheduling check above proves nothing")
+	// The waiting BestEffort pods land once the taint is gone: the check could fail.
+	if len(scheduledUnderPressure) < submitted {
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return len(scheduledPods(t, c)) > 0, nil
+		})
+		if err != nil {
+			t.Errorf("no waiting BestEffort pod was scheduled within 30 s after evictiond's taint was removed: the scheduling check above proves nothing")
+		}
 	}
 	final := readNodeMemoryStatus(t, c)
 	if final.condition.Status == corev1.ConditionTrue {
 		t.Errorf("%s still True after clearing: %s %q", final.condition.Type, final.condition.Reason, final.condition.Message)
 	}
+}
+
+func evictiondWrites(counts map[string]int) int {
+	return counts["evictiond"] + counts["evictiond/status"]
 }
 
 // scheduledPods names the pods of bestEffortNamespace bound to a node.

@@ -125,8 +125,9 @@ type nodeWrite struct {
 }
 
 // auditedNodeWrites returns the successful writes (update, patch) to node name in the
-// audit log, by actor: "kubelet" (system:node:...), "evictiond" (its ServiceAccount), or
-// the username (the controllers).
+// audit log, by actor: "evictiond" (its ServiceAccount), else the client's name from its
+// user agent ("kubelet", "kube-controller-manager", ...: the e2e cluster's components share
+// one admin user); "/status" is appended for writes to the status subresource.
 func auditedNodeWrites(t *testing.T, auditPath, name string) []nodeWrite {
 	t.Helper()
 	var out []nodeWrite
@@ -134,14 +135,26 @@ func auditedNodeWrites(t *testing.T, auditPath, name string) []nodeWrite {
 		if ev.ObjectRef.Name != name || (ev.Verb != "update" && ev.Verb != "patch") || ev.ResponseStatus.Code >= 300 {
 			return
 		}
-		actor := ev.User.Username
-		switch {
-		case strings.HasPrefix(actor, "system:node:"):
-			actor = "kubelet"
-		case actor == "system:serviceaccount:evictiond-system:evictiond":
+		actor, _, _ := strings.Cut(ev.UserAgent, "/")
+		if ev.User.Username == "system:serviceaccount:evictiond-system:evictiond" {
 			actor = "evictiond"
 		}
+		if ev.ObjectRef.Subresource != "" {
+			actor += "/" + ev.ObjectRef.Subresource
+		}
 		out = append(out, nodeWrite{actor, ev.RequestReceived})
+	})
+	return out
+}
+
+// auditedBindings returns when the scheduler bound each pod of namespace to a node.
+func auditedBindings(t *testing.T, auditPath, namespace string) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	forEachAuditEvent(t, auditPath, "pods", func(ev auditEvent) {
+		if ev.ObjectRef.Namespace == namespace && ev.ObjectRef.Subresource == "binding" && ev.Verb == "create" && ev.ResponseStatus.Code < 300 {
+			out[ev.ObjectRef.Name] = ev.RequestReceived
+		}
 	})
 	return out
 }
