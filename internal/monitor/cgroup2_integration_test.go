@@ -9,19 +9,14 @@ package monitor
 // monitor reads compared with the kernel's own files.
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,37 +67,9 @@ func (tr *v2Tree) mkdir(cg string, inner bool) string {
 // start runs a process holding mib MiB of touched anonymous memory in cg.
 func (tr *v2Tree) start(cg string, mib int) {
 	tr.t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		tr.t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", childModeEnv, mib))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tr.t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tr.t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tr.t.Fatalf("starting child: %v", err)
-	}
+	cmd, stdin := startChild(tr.t, mib, filepath.Join(v2Mount, cg, "cgroup.procs"))
 	tr.procs = append(tr.procs, cmd)
 	tr.stdins = append(tr.stdins, stdin)
-	procs := filepath.Join(v2Mount, cg, "cgroup.procs")
-	if err := os.WriteFile(procs, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		tr.t.Fatalf("moving pid %d into %s: %v", cmd.Process.Pid, procs, err)
-	}
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		tr.t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		tr.t.Fatalf("child in %s did not get ready: %q %v", cg, line, err)
-	}
 }
 
 // writeCache writes mib MiB to a new file on the VM's block filesystem from a
@@ -119,36 +86,8 @@ func (tr *v2Tree) writeCache(cg string, mib int) {
 }
 
 func (tr *v2Tree) remove() {
-	for _, in := range tr.stdins {
-		_ = in.Close()
-	}
-	for _, cmd := range tr.procs {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_, _ = cmd.Process.Wait()
-	}
-	var dirs []string
-	for _, d := range tr.dirs {
-		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-	}
-	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-	for _, dir := range dirs {
-		var err error
-		for range 50 {
-			if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				err = nil
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			tr.t.Errorf("removing test cgroup %s: %v", dir, err)
-		}
-	}
+	stopChildren(tr.procs, tr.stdins)
+	removeCgroupDirs(tr.t, tr.dirs)
 }
 
 func v2MonitorConfig(t testing.TB) Config {

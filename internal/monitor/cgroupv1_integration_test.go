@@ -134,6 +134,20 @@ func (tr *testCgroupTree) podCgroup(t testing.TB, qos string, uid types.UID) str
 // memory (mib 0: a process that only waits).
 func (tr *testCgroupTree) start(t testing.TB, cg string, mib int) {
 	t.Helper()
+	var procs []string
+	for _, ctl := range testControllers {
+		procs = append(procs, filepath.Join(v1CgroupMount, ctl, cg, "cgroup.procs"))
+	}
+	cmd, stdin := startChild(t, mib, procs...)
+	tr.procs = append(tr.procs, cmd)
+	tr.stdins = append(tr.stdins, stdin)
+}
+
+// startChild runs this binary as an allocating child (TestMain), moves it
+// into each cgroup.procs file given, lets it allocate mib MiB and waits for
+// it to say so. Closing the returned stdin ends it.
+func startChild(t testing.TB, mib int, procs ...string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -152,11 +166,11 @@ func (tr *testCgroupTree) start(t testing.TB, cg string, mib int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting child: %v", err)
 	}
-	tr.procs = append(tr.procs, cmd)
-	for _, ctl := range testControllers {
-		procs := filepath.Join(v1CgroupMount, ctl, cg, "cgroup.procs")
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-			t.Fatalf("moving pid %d into %s: %v", cmd.Process.Pid, procs, err)
+	for _, p := range procs {
+		if err := os.WriteFile(p, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			_ = cmd.Process.Kill()
+			_, _ = cmd.Process.Wait()
+			t.Fatalf("moving pid %d into %s: %v", cmd.Process.Pid, p, err)
 		}
 	}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
@@ -164,25 +178,34 @@ func (tr *testCgroupTree) start(t testing.TB, cg string, mib int) {
 	}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("child in %s did not get ready: %q %v", cg, line, err)
+		t.Fatalf("child moved to %v did not get ready: %q %v", procs, line, err)
 	}
-	// The stdin pipe stays open: closing it (in remove) ends the child.
-	tr.stdins = append(tr.stdins, stdin)
+	// The stdin pipe stays open: closing it ends the child.
+	return cmd, stdin
 }
 
 func (tr *testCgroupTree) remove() {
-	for _, in := range tr.stdins {
+	stopChildren(tr.procs, tr.stdins)
+	// Every controller: a runtime (runc) creates pod and container cgroups in
+	// all of them, not only the ones this test made.
+	roots, _ := filepath.Glob(filepath.Join(v1CgroupMount, "*", tr.root))
+	removeCgroupDirs(tr.t, roots)
+}
+
+func stopChildren(procs []*exec.Cmd, stdins []io.WriteCloser) {
+	for _, in := range stdins {
 		_ = in.Close()
 	}
-	for _, cmd := range tr.procs {
+	for _, cmd := range procs {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_, _ = cmd.Process.Wait()
 	}
-	// Every controller: a runtime (runc) creates pod and container cgroups in
-	// all of them, not only the ones this test made. Deepest first; a memcg may
-	// be busy for a moment after its last task exits.
+}
+
+// removeCgroupDirs removes the cgroups under (and including) each root,
+// deepest first; a memcg may be busy for a moment after its last task exits.
+func removeCgroupDirs(t testing.TB, roots []string) {
 	var dirs []string
-	roots, _ := filepath.Glob(filepath.Join(v1CgroupMount, "*", tr.root))
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
@@ -202,7 +225,7 @@ func (tr *testCgroupTree) remove() {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
-			tr.t.Errorf("removing test cgroup %s: %v", dir, err)
+			t.Errorf("removing test cgroup %s: %v", dir, err)
 		}
 	}
 }
