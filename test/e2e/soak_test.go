@@ -80,7 +80,8 @@ func TestSoak(t *testing.T) {
 	s.quiet()
 	kinds := []string{"memory", "disk", "pids"}
 	var cycles int
-	for i := 0; time.Since(start) < duration; i++ {
+	// At least one cycle of each episode kind, however slow the machine.
+	for i := 0; i < len(kinds) || time.Since(start) < duration; i++ {
 		kind := kinds[i%len(kinds)]
 		t.Run(fmt.Sprintf("cycle-%02d-%s", i, kind), func(t *testing.T) {
 			switch kind {
@@ -166,11 +167,15 @@ func TestSoak(t *testing.T) {
 	// goroutine or fd per cycle shows as about one per cycle.
 	hours := elapsed.Hours()
 	if len(quiet) >= 3 {
-		if g := slope(quiet, gor) * hours; g > max(10, 0.5*float64(cycles)) {
-			t.Errorf("goroutines grow: fitted %+.1f over the soak's %d quiet samples (%.1f per hour); tolerance %v", g, len(quiet), slope(quiet, gor), max(10, 0.5*float64(cycles)))
+		// The tolerances absorb the count's noise at quiet moments (±4
+		// goroutines: HTTP/2 streams and watches being re-opened) and still
+		// catch a leak per pass (hundreds in minutes) in the short form and a
+		// leak per cycle in the hour.
+		if tol := max(20, float64(cycles)/2); slope(quiet, gor)*hours > tol {
+			t.Errorf("goroutines grow: fitted %+.1f over the soak's %d quiet samples (%.1f per hour); tolerance %v", slope(quiet, gor)*hours, len(quiet), slope(quiet, gor), tol)
 		}
-		if f := slope(quiet, fds) * hours; f > max(5, 0.25*float64(cycles)) {
-			t.Errorf("open fds grow: fitted %+.1f over the soak's %d quiet samples (%.1f per hour); tolerance %v", f, len(quiet), slope(quiet, fds), max(5, 0.25*float64(cycles)))
+		if tol := max(8, float64(cycles)/4); slope(quiet, fds)*hours > tol {
+			t.Errorf("open fds grow: fitted %+.1f over the soak's %d quiet samples (%.1f per hour); tolerance %v", slope(quiet, fds)*hours, len(quiet), slope(quiet, fds), tol)
 		}
 	} else {
 		t.Errorf("only %d quiet samples: the soak is too short to fit a slope (EVICTIOND_SOAK_DURATION=%v)", len(quiet), duration)
