@@ -27,6 +27,10 @@ test-cgroup2: cgroup2-deps k8s-binaries etcd-package
 # Figures of the v2 fast path, measured in the VM: crossing -> loop wake latency of a pod's
 # memory ramp (adaptive poll vs a fixed 100 ms poll) and the poll's idle CPU (docs/fast-path.md).
 .PHONY: bench-cgroup2
+# RAMPS=100 ramps per variant (default 40); RAMP_BENCH=/adaptive only the paced poll.
+RAMPS      ?=
+RAMP_BENCH ?=
 bench-cgroup2: cgroup2-deps
 	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
+		EVICTIOND_VM_RAMPS=$(RAMPS) EVICTIOND_VM_RAMP_BENCH='$(RAMP_BENCH)' \
 		$(GO) test -tags cgroup2 -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkCgroup2VM$$' -benchtime 1x -v ./test/cgroup2/

@@ -104,8 +104,17 @@ func agentGuest(t *testing.T) func(*vm.Options) {
 // BenchmarkCgroup2VM runs the v2 fast path's benchmarks in the VM and prints
 // their figures here (make bench-cgroup2; one VM run whatever b.N).
 func BenchmarkCgroup2VM(b *testing.B) {
+	// EVICTIOND_VM_RAMPS (make bench-cgroup2 RAMPS=100) ramps per variant;
+	// EVICTIOND_VM_RAMP_BENCH narrows the variants (e.g. /adaptive).
+	ramps, benchRamp := "40x", "^BenchmarkCgroup2WakeLatencyRamp$"
+	if v := os.Getenv("EVICTIOND_VM_RAMPS"); v != "" {
+		ramps = v + "x"
+	}
+	if v := os.Getenv("EVICTIOND_VM_RAMP_BENCH"); v != "" {
+		benchRamp += v
+	}
 	ss := []*vm.Suite{
-		{Name: "notify-ramp", Package: "./internal/notify", Tags: "integration cgroup2", Bench: "^BenchmarkCgroup2WakeLatencyRamp$", Benchtime: "40x", Timeout: 10 * time.Minute},
+		{Name: "notify-ramp", Package: "./internal/notify", Tags: "integration cgroup2", Bench: benchRamp, Benchtime: ramps, Timeout: 20 * time.Minute},
 		{Name: "notify-idle", Package: "./internal/notify", Tags: "integration cgroup2", Bench: "^BenchmarkCgroup2PollIdleCPU$", Benchtime: "1x"},
 	}
 	results := runVM(b, ss, nil)
