@@ -7,29 +7,26 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/configfile"
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/monitor"
@@ -164,8 +161,8 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reach := &reachability{}
-	restCfg.Wrap(reach.wrap)
+	reach := &kube.Reachability{}
+	restCfg.Wrap(reach.Wrap)
 	restCfg.UserAgent = "evictiond"
 	setClientLimits(restCfg)
 	client, err := kubernetes.NewForConfig(restCfg)
@@ -173,27 +170,15 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		return fmt.Errorf("API client: %w", err)
 	}
 
-	informers, err := kube.NewNodeInformers(client, f.nodeName, 0)
+	rc, err := reclaim.New(reclaimOptions(cfg, f, log))
 	if err != nil {
 		return err
 	}
-	startStep.Store("waiting for the pod and node informers to sync with the API server")
-	if err := informers.Start(ctx); err != nil {
-		if ctx.Err() != nil {
-			log.Info("stopped during start-up", "step", startStep.Load())
-			return nil // SIGTERM before the API server answered: a clean stop
-		}
-		return fmt.Errorf("node informers: %w", err)
-	}
-	cleanups = append(cleanups, informers.Shutdown)
-	recorder, stopRecorder := kube.NewEventRecorder(ctx, client, f.nodeName)
-	cleanups = append(cleanups, stopRecorder)
-
-	rc, err := startReclaimer(ctx, reclaimOptions(cfg, f, log))
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, func() { rc.current().stop() })
+	trackerCtx, stopTracker := context.WithCancel(ctx)
+	trackerDone := make(chan struct{})
+	go func() { rc.RunImageTracker(trackerCtx, 0); close(trackerDone) }()
+	// The tracker writes the state file: it stops before the runtime connection closes.
+	cleanups = append(cleanups, func() { stopTracker(); <-trackerDone; _ = rc.Close() })
 
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
 		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot,
@@ -217,20 +202,6 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	cleanups = append(cleanups, func() { _ = mon.Stop() })
 	m.Registry.MustRegister(mon.Collectors()...)
 
-	status, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(cfg, f, log))
-	if err != nil {
-		return err
-	}
-	sink := &statusSink{s: status}
-	cleanups = append(cleanups, func() { sink.s.stop() })
-	sink.update(cfg)
-
-	evictor, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(cfg, f, rc, log))
-	if err != nil {
-		return err
-	}
-	ev := &kubeEvictor{e: evictor, apiReachable: reach.reachable}
-
 	waker := notify.NewWaker()
 	notifyMetrics := notify.NewMetrics()
 	m.Registry.MustRegister(notifyMetrics.Collectors()...)
@@ -247,50 +218,23 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 		}
 	}()
 
-	deps := agent.Deps{Stats: monitorStats{m: mon}, Pods: informerPods{informers}, Status: sink,
-		Evictor: ev, Reclaimer: criReclaimer{rc}, Recorder: recorder, Metrics: m}
-	prev := cfg
-	var a *agent.Agent
-	a = agent.New(cfg, deps, agent.Options{NodeName: f.nodeName, SelfUID: types.UID(f.selfUID), Wake: waker.C(), Logger: log.With("component", "loop"),
+	startStep.Store("waiting for the pod and node informers to sync with the API server")
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: daemon.MonitorStats{M: mon}, Reclaimer: rc, Metrics: m,
+		APIReachable: reach.Reachable, Wake: waker.C(),
 		OnConfig: func(c *policy.Config) {
-			// Runs in the loop goroutine: rebuild what depends on the configuration.
-			if c.DryRun != rc.current().dryRun {
-				// Reclaim and node status fix their dry-run mode at construction: a
-				// file switching dryRun must switch them too, or "dryRun: true" would
-				// leave image GC deleting.
-				opts := reclaimOptions(cfg, f, log) // reclaim.* changes wait for a restart
-				opts.DryRun = c.DryRun
-				if err := rc.swap(ctx, opts); err != nil {
-					log.Error("reclaim not switched to the new dryRun; keeping the previous reclaimer", "dryRun", c.DryRun, "err", err)
-				}
-			}
-			if !c.DryRun && (sink.s.dryRun || nodeStatusChanged(prev, c)) {
-				// A new writer reconciles the node from scratch: what the old settings
-				// published and the new ones do not is released on its first sync.
-				if next, err := startNodeStatus(ctx, client, informers, recorder, nodeStatusOptions(c, f, log)); err != nil {
-					log.Error("node status writer not rebuilt for the new settings", "err", err)
-				} else {
-					sink.swap(next)
-				}
-			}
-			if evictorChanged(prev, c) {
-				// Rebuilt only on change: the evictor holds the token bucket, the
-				// cool-down and the queue of local stops to report.
-				if e, err := kube.NewEvictor(client, informers.Pods, recorder, evictorOptions(c, f, rc, log)); err != nil {
-					log.Error("evictor not rebuilt; keeping the previous one", "err", err)
-				} else {
-					ev.e = e
-				}
-			}
 			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {
 				log.Error("fast path not reconfigured", "err", err)
 			}
-			sink.update(c)
-			prev = c
-			if restartOnly := restartOnlyChanges(cfg, c); restartOnly != "" {
-				log.Warn("configuration changes that take effect on restart", "fields", restartOnly)
-			}
-		}})
+		}}, daemon.Options{NodeName: f.nodeName, SelfUID: types.UID(f.selfUID), NodeStatus: true, Logger: log})
+	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped during start-up", "step", startStep.Load())
+			return nil // SIGTERM before the API server answered: a clean stop
+		}
+		return err
+	}
+	cleanups = append(cleanups, d.Close)
+
 	m.ConfigLastReloadSuccessful.Set(1)
 	m.ConfigLastReloadTime.SetToCurrentTime()
 	// Both results exist from the start, so increase() and alerts see the first rejection.
@@ -307,32 +251,32 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 			for _, w := range c.Warnings {
 				log.Warn("configuration warning", "warning", w)
 			}
-			a.Reload(c)
+			d.Reload(c)
 		},
 		Reject: func(err error) {
 			m.ConfigReloads.WithLabelValues("rejected").Inc()
 			m.ConfigLastReloadSuccessful.Set(0)
 			problems := strings.Split(err.Error(), "\n")
 			log.Error("configuration rejected; the previous configuration stays in force", "path", f.config, "problems", problems)
-			recorder.Eventf(kube.NodeRef(f.nodeName), v1.EventTypeWarning, "ConfigRejected",
+			d.Recorder().Eventf(kube.NodeRef(f.nodeName), v1.EventTypeWarning, "ConfigRejected",
 				"evictiond rejected %s; the previous configuration stays in force: %s", filepath.Base(f.config), strings.Join(problems, "; "))
 		}}
 	watcher.Seed(data)
 	go watcher.Run(ctx)
 
 	interval := cfg.LoopInterval
-	live := []agent.Check{a.Live(2*time.Minute + 2*cfg.PodCleanupTimeout)}
+	live := []agent.Check{d.Agent.Live(2*time.Minute + 2*cfg.PodCleanupTimeout)}
 	ready := []agent.Check{
-		a.StatsFresh(10*interval + 2*cfg.PodCleanupTimeout + 10*time.Second),
-		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.check(ctx, client) }),
-		agent.CachedCheck("cri", 10*time.Second, func(ctx context.Context) error { return rc.current().r.Ready(ctx) }),
+		d.Agent.StatsFresh(10*interval + 2*cfg.PodCleanupTimeout + 10*time.Second),
+		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.Check(ctx, client) }),
+		agent.CachedCheck("cri", 10*time.Second, rc.Ready),
 	}
 	running := agent.Handler(m.Registry, live, ready)
 	handler.Store(&running)
 
 	log.Info("evictiond running", "config", f.config, "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun,
 		"hostRoot", f.hostRoot, "metrics", lis.Addr().String())
-	a.Run(ctx) // returns on SIGTERM
+	d.Run(ctx) // returns on SIGTERM
 	return nil
 }
 
@@ -341,22 +285,6 @@ func applyFlagOverrides(c *policy.Config, f *runFlags) {
 	if f.dryRun {
 		c.DryRun = true
 	}
-}
-
-// restartOnlyChanges names settings a reload cannot apply to running parts.
-func restartOnlyChanges(old, next *policy.Config) string {
-	var out []string
-	if old.HousekeepingInterval != next.HousekeepingInterval {
-		out = append(out, "stats.housekeepingInterval")
-	}
-	if old.MemoryFormula != next.MemoryFormula {
-		out = append(out, "stats.memoryFormula")
-	}
-	if old.Reclaim.CRIEndpoint != next.Reclaim.CRIEndpoint || old.Reclaim.ImageStateFile != next.Reclaim.ImageStateFile ||
-		old.Reclaim.ImageMinAge != next.Reclaim.ImageMinAge || strings.Join(old.Reclaim.PinnedImages, ",") != strings.Join(next.Reclaim.PinnedImages, ",") {
-		out = append(out, "reclaim.*")
-	}
-	return strings.Join(out, ", ")
 }
 
 // The API client's own rate limit (client-go's token bucket, per agent). An
@@ -391,51 +319,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func reclaimOptions(c *policy.Config, f *runFlags, log *slog.Logger) reclaim.Options {
-	minAge := c.Reclaim.ImageMinAge
-	if minAge == 0 {
-		minAge = -1 // 0s in the config means no minimum; reclaim's zero means its default
-	}
-	return reclaim.Options{RuntimeEndpoint: c.Reclaim.CRIEndpoint, ImageMinimumAge: minAge, StateFile: c.Reclaim.ImageStateFile,
+	return reclaim.Options{RuntimeEndpoint: c.Reclaim.CRIEndpoint, ImageMinimumAge: c.Reclaim.ImageMinAge, StateFile: c.Reclaim.ImageStateFile,
 		PinnedImages: c.Reclaim.PinnedImages, HostRoot: f.hostRoot, NodeFsPath: f.kubeletRoot, PodLogsDir: f.podLogs,
 		DryRun: c.DryRun, Logger: log} // reclaim adds its component
-}
-
-func nodeStatusOptions(c *policy.Config, f *runFlags, log *slog.Logger) kube.NodeStatusOptions {
-	effects := map[v1.NodeConditionType]v1.TaintEffect{v1.NodeMemoryPressure: "", v1.NodeDiskPressure: "", v1.NodePIDPressure: ""}
-	for cond, e := range c.NodeStatus.Taints {
-		effects[cond] = e
-	}
-	return kube.NodeStatusOptions{NodeName: f.nodeName, Conditions: kube.ConditionsMode(c.NodeStatus.Conditions), TaintEffects: effects,
-		ReassertInterval: c.NodeStatus.ReassertInterval, DryRun: c.DryRun, Logger: log.With("component", "nodestatus")}
-}
-
-// nodeStatusChanged reports whether a reload changes the node status writer's settings.
-func nodeStatusChanged(old, next *policy.Config) bool {
-	return old.NodeStatus.Conditions != next.NodeStatus.Conditions || old.NodeStatus.ReassertInterval != next.NodeStatus.ReassertInterval ||
-		!maps.Equal(old.NodeStatus.Taints, next.NodeStatus.Taints)
-}
-
-func evictorOptions(c *policy.Config, f *runFlags, rc *reclaimerRef, log *slog.Logger) kube.EvictorOptions {
-	after := kube.EscalateStop
-	if c.Escalation.Delete {
-		after = kube.EscalateDelete
-	}
-	journal := ""
-	if c.Reclaim.ImageStateFile != "" {
-		journal = filepath.Join(filepath.Dir(c.Reclaim.ImageStateFile), "local-stops.json")
-	}
-	return kube.EvictorOptions{NodeName: f.nodeName, DryRun: c.DryRun,
-		Escalation: kube.EscalationOptions{MaxCandidates: c.Escalation.MaxCandidates, AfterBlocked: after},
-		RateLimit: kube.RateLimitOptions{MaxPerPass: c.RateLimits.MaxPerPass,
-			PerMinute: c.RateLimits.PerMinute, Burst: c.RateLimits.Burst, CoolDown: c.RateLimits.Cooldown},
-		LocalStop: kube.LocalStopOptions{Enabled: c.APIUnreachable.CRIStop, After: c.APIUnreachable.After,
-			Stopper: criStopper{rc}, JournalPath: journal},
-		// The policy engine waits for the victim (up to loop.podCleanupTimeout,
-		// crediting its expected reclaim) without blocking the loop, so
-		// reloads, wakes and metrics keep flowing meanwhile.
-		WaitForGone:      -1,
-		PendingCreditTTL: c.PodCleanupTimeout,
-		Logger:           log.With("component", "evictor")}
 }
 
 // notifyOptions arms the fast path on kubepods, the cgroup the monitor
@@ -448,287 +334,4 @@ func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.M
 	opts.KubepodsCgroup = kubepods
 	opts.ReadMemory, opts.Logger, opts.Metrics = read, log, nm // notify adds its component
 	return opts
-}
-
-// informerPods lists this node's pods from the informer cache; an unsynced
-// cache is an error, never an empty node.
-type informerPods struct{ inf *kube.NodeInformers }
-
-func (l informerPods) List() ([]*v1.Pod, error) {
-	// Start waited for the first sync, so an empty list is a node without pods.
-	return l.inf.Pods.List(labels.Everything())
-}
-
-// statusSink forwards conditions to the node status writer while the agent is
-// not in dry run (where nothing but Events and metrics is written). Entering
-// dry run releases owned entries and taints once. Used from the loop goroutine
-// only.
-type statusSink struct {
-	s       *runningNodeStatus
-	enabled bool
-	last    []v1.NodeConditionType
-}
-
-func (s *statusSink) SetConditions(c []v1.NodeConditionType) {
-	s.last = c
-	if s.enabled {
-		s.s.w.SetConditions(c)
-	}
-}
-
-func (s *statusSink) update(c *policy.Config) {
-	on := !c.DryRun
-	if s.enabled && !on {
-		s.s.w.SetConditions(nil)
-	}
-	s.enabled = on
-}
-
-// swap replaces the writer, handing it the last conditions at once.
-func (s *statusSink) swap(next *runningNodeStatus) {
-	s.s.stop()
-	s.s = next
-	if s.enabled {
-		next.w.SetConditions(s.last)
-	}
-}
-
-// runningNodeStatus is a node status writer and its goroutine. Its dry-run
-// mode is fixed, so leaving dry run on reload starts a new one.
-type runningNodeStatus struct {
-	w      *kube.NodeStatus
-	dryRun bool
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func startNodeStatus(ctx context.Context, client kubernetes.Interface, inf *kube.NodeInformers, rec record.EventRecorder, opts kube.NodeStatusOptions) (*runningNodeStatus, error) {
-	w, err := kube.NewNodeStatus(client, inf, rec, opts)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	r := &runningNodeStatus{w: w, dryRun: opts.DryRun, cancel: cancel, done: make(chan struct{})}
-	go func() { w.Run(ctx); close(r.done) }()
-	return r, nil
-}
-
-func (r *runningNodeStatus) stop() { r.cancel(); <-r.done }
-
-// reclaimerRef is the reclaimer in use and its image tracker. Its dry-run mode
-// is fixed at construction, so a reload switching dryRun swaps in a new one;
-// the readiness probe reads it from another goroutine.
-type reclaimerRef struct {
-	p atomic.Pointer[runningReclaimer]
-}
-
-type runningReclaimer struct {
-	r      *reclaim.Reclaimer
-	dryRun bool
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (r *runningReclaimer) startTracker(ctx context.Context) {
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go func() { r.r.RunImageTracker(ctx, 0); close(r.done) }()
-}
-
-// stopTracker waits for the tracker: it writes the state file, one writer at a time.
-func (r *runningReclaimer) stopTracker() { r.cancel(); <-r.done }
-
-func (r *runningReclaimer) stop() {
-	r.stopTracker()
-	_ = r.r.Close()
-}
-
-func startReclaimer(ctx context.Context, opts reclaim.Options) (*reclaimerRef, error) {
-	r, err := reclaim.New(opts)
-	if err != nil {
-		return nil, err
-	}
-	rr := &runningReclaimer{r: r, dryRun: opts.DryRun}
-	rr.startTracker(ctx)
-	ref := &reclaimerRef{}
-	ref.p.Store(rr)
-	return ref, nil
-}
-
-func (ref *reclaimerRef) current() *runningReclaimer { return ref.p.Load() }
-
-// swap replaces the reclaimer; on error the current one stays in use.
-func (ref *reclaimerRef) swap(ctx context.Context, opts reclaim.Options) error {
-	old := ref.current()
-	old.stopTracker()
-	r, err := reclaim.New(opts)
-	if err != nil {
-		old.startTracker(ctx)
-		return err
-	}
-	next := &runningReclaimer{r: r, dryRun: opts.DryRun}
-	next.startTracker(ctx)
-	ref.p.Store(next)
-	_ = old.r.Close()
-	return nil
-}
-
-// kubeEvictor adapts kube.Evictor to the loop's Evictor.
-type kubeEvictor struct {
-	e *kube.Evictor
-	// apiReachable says whether the last API request succeeded.
-	apiReachable func() bool
-	lastReport   time.Time
-}
-
-func (k *kubeEvictor) Evict(ctx context.Context, cands []policy.Candidate) agent.EvictResult {
-	k.e.StartPass()
-	start := time.Now()
-	res := k.e.Evict(ctx, cands)
-	return agent.EvictResult{Outcome: string(res.Outcome), Err: res.Err, At: start, Victim: res.Victim}
-}
-
-// localStopReportInterval spaces the attempts to report local stops, so a
-// flapping API server does not cost the loop a request every pass.
-const localStopReportInterval = 10 * time.Second
-
-// ReportPending reports pods stopped through the CRI while the API server was
-// unreachable (Events, pod deletion), once it answers again.
-func (k *kubeEvictor) ReportPending(ctx context.Context, log *slog.Logger) {
-	if k.e.PendingLocalStops() == 0 || !k.apiReachable() || time.Since(k.lastReport) < localStopReportInterval {
-		return
-	}
-	k.lastReport = time.Now()
-	n, err := k.e.ReportLocalStops(ctx)
-	if err != nil {
-		log.Warn("local stops not all reported; retrying", "reported", n, "pending", k.e.PendingLocalStops(), "err", err)
-	}
-}
-
-// criReclaimer adapts reclaim.Reclaimer to the loop's Reclaimer.
-type criReclaimer struct{ ref *reclaimerRef }
-
-func (c criReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) agent.ReclaimResult {
-	res, err := c.ref.current().r.Run(ctx, reclaim.Request{Step: step, Signal: sig, Need: need, LivePods: reclaim.LivePodsFromPods(live)})
-	return agent.ReclaimResult{Freed: res.Freed, Items: res.ItemsRemoved + res.WouldRemove, Err: err}
-}
-
-// criStopper adapts reclaim's CRI stop to the evictor's LocalPodStopper.
-type criStopper struct{ ref *reclaimerRef }
-
-func (c criStopper) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
-	return c.ref.current().r.StopPodSandboxByPodUID(ctx, uid)
-}
-
-// evictorChanged says whether the evictor must be rebuilt for next.
-func evictorChanged(prev, next *policy.Config) bool {
-	return prev.DryRun != next.DryRun || prev.Escalation != next.Escalation || prev.RateLimits != next.RateLimits ||
-		prev.APIUnreachable != next.APIUnreachable || prev.PodCleanupTimeout != next.PodCleanupTimeout ||
-		prev.Reclaim.ImageStateFile != next.Reclaim.ImageStateFile
-}
-
-// reachability records whether the API server answered recently, from every
-// request the agent makes anyway (watches, patches, evictions), so /readyz
-// costs the API server a request only when the agent has been quiet and has
-// no watch open: on a fleet, a /readyz request per node per probe period adds
-// up.
-type reachability struct {
-	mu       sync.Mutex
-	lastOK   time.Time
-	lastErr  error
-	lastFail time.Time
-	// openWatches counts watch streams being read; one that ends in an error
-	// counts as a failure (client-go's HTTP/2 health check ends a stream on a
-	// dead connection within about 45 s).
-	openWatches int
-}
-
-func (r *reachability) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if err != nil || resp.StatusCode >= 500 {
-			r.fail(err, req, resp)
-			return resp, err
-		}
-		r.lastOK = time.Now()
-		if resp.StatusCode < 300 && req.URL.Query().Get("watch") == "true" {
-			r.openWatches++
-			resp.Body = &watchBody{ReadCloser: resp.Body, r: r}
-		}
-		return resp, err
-	})
-}
-
-// fail records a failed request; r.mu must be held.
-func (r *reachability) fail(err error, req *http.Request, resp *http.Response) {
-	r.lastFail = time.Now()
-	if err != nil {
-		r.lastErr = err
-	} else {
-		r.lastErr = fmt.Errorf("%s %s: HTTP %d", req.Method, req.URL.Path, resp.StatusCode)
-	}
-}
-
-// watchBody ends its watch's count when the stream ends.
-type watchBody struct {
-	io.ReadCloser
-	r    *reachability
-	once sync.Once
-}
-
-func (b *watchBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.end(err)
-	}
-	return n, err
-}
-
-func (b *watchBody) Close() error {
-	b.end(nil)
-	return b.ReadCloser.Close()
-}
-
-func (b *watchBody) end(err error) {
-	b.once.Do(func() {
-		b.r.mu.Lock()
-		defer b.r.mu.Unlock()
-		b.r.openWatches--
-		// EOF is the server ending the watch (its timeout); cancellation is ours.
-		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
-			b.r.lastFail, b.r.lastErr = time.Now(), fmt.Errorf("watch stream: %w", err)
-		}
-	})
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
-// reachable: the last request the agent made got an answer.
-func (r *reachability) reachable() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return !r.lastOK.IsZero() && r.lastOK.After(r.lastFail)
-}
-
-// check is ready while the last request succeeded and either a watch stream
-// is open or that request is less than 30 s old; otherwise it asks the API
-// server's /readyz itself.
-func (r *reachability) check(ctx context.Context, client kubernetes.Interface) error {
-	r.mu.Lock()
-	ok, fail, lastErr, watches := r.lastOK, r.lastFail, r.lastErr, r.openWatches
-	r.mu.Unlock()
-	if !ok.IsZero() && ok.After(fail) && (watches > 0 || time.Since(ok) < 30*time.Second) {
-		return nil
-	}
-	if !fail.IsZero() && fail.After(ok) && time.Since(fail) < 5*time.Second {
-		return fmt.Errorf("API server unreachable: %v", lastErr)
-	}
-	if err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
-		return fmt.Errorf("API server unreachable: %w", err)
-	}
-	return nil
 }

@@ -172,8 +172,8 @@ reclaim:
 `, evictionHard, criEndpoint, filepath.Join(stateDir, "images.json")) + strings.Join(extra, "\n")
 }
 
-// daemon is one evictiond run in-process against the test environment.
-type daemon struct {
+// runningDaemon is one evictiond run in-process against the test environment.
+type runningDaemon struct {
 	node    string
 	url     string
 	config  *configMapDir
@@ -195,7 +195,7 @@ type daemonOptions struct {
 
 // startDaemon creates the Node, a private cgroup root with a kubepods tree on
 // this machine's cgroup v1 hierarchy, and runs runDaemon until the test ends.
-func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
+func startDaemon(t *testing.T, node string, o daemonOptions) *runningDaemon {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the daemon tests create cgroups and run containerd: run them as root (make test-daemon)")
@@ -217,7 +217,7 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", node)
 	runCtx, cancel := context.WithCancel(ctx)
-	d := &daemon{node: node, url: "http://" + addr, config: cm, log: logs, cancel: cancel, done: make(chan error, 1)}
+	d := &runningDaemon{node: node, url: "http://" + addr, config: cm, log: logs, cancel: cancel, done: make(chan error, 1)}
 	go func() { d.done <- runDaemon(runCtx, f, log) }()
 	t.Cleanup(func() {
 		d.stop(t)
@@ -233,7 +233,7 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *daemon {
 
 // stop cancels the daemon and fails the test if it does not return cleanly
 // within a few seconds.
-func (d *daemon) stop(t *testing.T) time.Duration {
+func (d *runningDaemon) stop(t *testing.T) time.Duration {
 	t.Helper()
 	if d.stopped {
 		return 0
@@ -252,7 +252,7 @@ func (d *daemon) stop(t *testing.T) time.Duration {
 	return time.Since(start)
 }
 
-func (d *daemon) waitReady(t *testing.T, timeout time.Duration) {
+func (d *runningDaemon) waitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var code int
@@ -274,7 +274,7 @@ func (d *daemon) waitReady(t *testing.T, timeout time.Duration) {
 
 // metricValue returns the value of the sample with exactly this name and
 // label set (as printed, e.g. `evictiond_threshold{kind="hard",signal="memory.available"}`).
-func (d *daemon) metricValue(t *testing.T, series string) (float64, bool) {
+func (d *runningDaemon) metricValue(t *testing.T, series string) (float64, bool) {
 	t.Helper()
 	code, body := httpGet(d.url + "/metrics")
 	if code != http.StatusOK {
@@ -292,7 +292,7 @@ func (d *daemon) metricValue(t *testing.T, series string) (float64, bool) {
 	return 0, false
 }
 
-func (d *daemon) waitMetric(t *testing.T, series string, want func(float64) bool, what string, timeout time.Duration) float64 {
+func (d *runningDaemon) waitMetric(t *testing.T, series string, want func(float64) bool, what string, timeout time.Duration) float64 {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last float64
@@ -307,7 +307,7 @@ func (d *daemon) waitMetric(t *testing.T, series string, want func(float64) bool
 	return 0
 }
 
-func (d *daemon) waitReadyz(t *testing.T, wantCode int, wantInBody string, timeout time.Duration) string {
+func (d *runningDaemon) waitReadyz(t *testing.T, wantCode int, wantInBody string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var code int
@@ -750,7 +750,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 
 // checkMetricsPage runs `promtool check metrics` on /metrics and checks that
 // every metric family docs/metrics.md lists is exposed.
-func checkMetricsPage(t *testing.T, d *daemon) {
+func checkMetricsPage(t *testing.T, d *runningDaemon) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatal("promtool not found: install Debian package prometheus (make test-daemon does, or hack/install-deps.sh prometheus)")
@@ -1090,7 +1090,7 @@ func TestRunBinaryStopsOnSIGTERM(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	d := &daemon{url: "http://" + addr, log: logs, done: exited}
+	d := &runningDaemon{url: "http://" + addr, log: logs, done: exited}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		if t.Failed() {

@@ -2,8 +2,9 @@
 // or the kernel fast path, that reads fresh stats, decides with the policy
 // engine, publishes node conditions, runs node-level reclaim and evicts at
 // most one pod per pass. Every other part (stats, eviction, reclaim, node
-// status) is reached through the small interfaces below, so the loop reads as
-// the list of steps in DESIGN.md.
+// status) is reached through the small interfaces of types.go, so the loop
+// reads as the list of steps in docs/architecture.md. The daemon and
+// `evictiond simulate` both run this loop (see internal/daemon).
 package agent
 
 import (
@@ -22,77 +23,6 @@ import (
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
-
-// Observed is one fresh reading of the node.
-type Observed struct {
-	Observations policy.Observations
-	Pods         policy.PodStatsByUID
-	Layout       policy.FilesystemLayout
-	// Missing names signals that could not be read, and why.
-	Missing map[policy.Signal]string
-	// Handle is the Stats implementation's own state for ObserveUsage.
-	Handle any
-}
-
-// Stats reads the node.
-type Stats interface {
-	// Observe reads every node signal and the pods' disk usage (what the
-	// local-storage limit checks need): cheap, every pass.
-	Observe(ctx context.Context, pods []*v1.Pod) Observed
-	// ObserveUsage adds the pods' fresh memory and process counts to obs (to
-	// its Pods map, in place): only when pods must be ranked, since reading
-	// every pod cgroup each pass is what an idle node should not pay.
-	ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed)
-}
-
-// Pods lists the pods bound to this node.
-type Pods interface {
-	List() ([]*v1.Pod, error)
-}
-
-// NodeStatus publishes the node conditions evictiond reports.
-type NodeStatus interface {
-	SetConditions([]v1.NodeConditionType)
-}
-
-// EvictResult is what an Evictor did with a ranked candidate list.
-type EvictResult struct {
-	// Outcome is a metric label value: evicted, deleted, dry_run, pdb_blocked,
-	// gone, throttled, rate_limited, cooling_down, api_error, stopped_locally,
-	// no_candidates.
-	Outcome string
-	// Victim is the candidate evicted (deleted, stopped, or in dry-run chosen).
-	Victim *policy.Candidate
-	// At is when the victim's eviction was accepted.
-	At  time.Time
-	Err error
-}
-
-// Evictor evicts at most one pod of a ranked candidate list (PDB escalation,
-// rate limits and the wait for the victim are its business).
-type Evictor interface {
-	Evict(ctx context.Context, candidates []policy.Candidate) EvictResult
-}
-
-// PendingReporter is an Evictor with work queued for when the API server
-// answers again (pods stopped through the CRI while it was unreachable); the
-// loop gives it a turn at the start of every pass.
-type PendingReporter interface {
-	ReportPending(ctx context.Context, log *slog.Logger)
-}
-
-// ReclaimResult is one node-level reclaim step's outcome.
-type ReclaimResult struct {
-	// Freed is measured by statfs before and after, in the signal's unit.
-	Freed int64
-	Items int
-	Err   error
-}
-
-// Reclaimer runs node-level reclaim steps. live is the node's pod set.
-type Reclaimer interface {
-	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) ReclaimResult
-}
 
 // Options configure the agent.
 type Options struct {
@@ -156,7 +86,7 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1)}
-	a.publishThresholds(cfg)
+	a.resetThresholdGauges()
 	return a
 }
 
@@ -209,12 +139,57 @@ func (a *Agent) applyConfig(cfg *policy.Config) {
 	if a.opts.OnConfig != nil {
 		a.opts.OnConfig(cfg)
 	}
-	a.publishThresholds(cfg)
+	a.resetThresholdGauges()
 	a.log.Info("configuration applied", "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun)
 }
 
-// pass is one decision: the steps of DESIGN.md's loop, one call each.
-func (a *Agent) pass(ctx context.Context, source string) {
+// Report is what one pass saw and did, for `evictiond simulate` and tests;
+// the daemon only logs and counts it.
+type Report struct {
+	// Err is set when the pass could not run (pods unknown).
+	Err      string
+	Observed Observed
+	// Assessment is nil only when Err is set.
+	Assessment *policy.Assessment
+	// Reclaim is the node-level reclaim run, if any.
+	Reclaim *ReclaimReport
+	// Selection is the victim choice, when a threshold needed an eviction.
+	Selection *policy.Selection
+	// Evictions are the Evictor's answers, in order: local-storage violators
+	// (several) or the threshold eviction (one).
+	Evictions []EvictResult
+	// Deferred counts local-storage violators left for the next pass
+	// (eviction.rateLimits.maxPerPass).
+	Deferred int
+	// Pending lists evictions whose effect is not yet visible, as ns/name.
+	Pending []string
+}
+
+// ReclaimReport is one node-level reclaim run.
+type ReclaimReport struct {
+	Signal policy.Signal
+	Need   int64
+	Steps  []ReclaimStepReport
+	// Sufficient: no threshold is met any more, so no pod needs to go.
+	Sufficient bool
+}
+
+// ReclaimStepReport is one reclaim step's result.
+type ReclaimStepReport struct {
+	Step policy.ReclaimStep
+	ReclaimResult
+}
+
+// Pass runs one decision now; Run calls it on every wake. Exported for
+// `evictiond simulate`, which drives the loop on a virtual clock.
+func (a *Agent) Pass(ctx context.Context, source string) Report {
+	rep := a.pass(ctx, source)
+	rep.Pending = a.engine.Pending()
+	return rep
+}
+
+// pass is one decision: the steps of docs/architecture.md's loop, one call each.
+func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
@@ -222,23 +197,25 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	if r, ok := a.evictor.(PendingReporter); ok {
 		r.ReportPending(ctx, a.log)
 	}
-	pods, err := a.pods.List()
+	pods, err := a.pods.ListPods()
 	if err != nil {
-		a.finishPass(Observed{}, fmt.Sprintf("listing pods: %v", err))
+		rep.Err = fmt.Sprintf("listing pods: %v", err)
+		a.finishPass(Observed{}, rep.Err)
 		a.log.Warn("pass skipped: pods unknown", "err", err)
-		return
+		return rep
 	}
 	pods = activePods(pods)
 	obs := a.stats.Observe(ctx, pods)
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
 
 	assessment := a.engine.Assess(in)
+	rep.Observed, rep.Assessment = obs, assessment
 	a.publish(assessment, obs)
 	a.finishPass(obs, "")
 
 	if len(assessment.LocalStorage) > 0 {
-		a.evictLocalStorage(ctx, assessment.LocalStorage)
-		return
+		rep.Evictions, rep.Deferred = a.evictLocalStorage(ctx, assessment.LocalStorage)
+		return rep
 	}
 	starved := assessment.Starved
 	if starved == nil {
@@ -251,7 +228,7 @@ func (a *Agent) pass(ctx context.Context, source string) {
 			a.lastStarved = ""
 		}
 		a.lastHeldBack = ""
-		return
+		return rep
 	}
 	a.noteStarved(starved)
 
@@ -260,27 +237,39 @@ func (a *Agent) pass(ctx context.Context, source string) {
 	a.stats.ObserveUsage(ctx, pods, &obs)
 	fresh := obs.Observations
 	if plan := assessment.NodeReclaim; plan != nil {
-		after, sufficient := a.reclaimNode(ctx, plan, pods, obs.Layout)
+		after, r := a.reclaimNode(ctx, plan, pods, obs.Layout)
+		rep.Reclaim = r
 		fresh = after.Observations
-		if sufficient {
-			return
+		if r.Sufficient {
+			return rep
 		}
 	}
 
-	cfg := a.engine.Config()
-	sel := a.engine.Select(assessment, fresh, cfg.Escalation.MaxCandidates+cfg.RateLimits.MaxPerPass)
+	sel := a.engine.Select(assessment, fresh, a.candidatesWanted(starved.Threshold))
+	rep.Selection = &sel
 	if sel.Waiting != "" {
 		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
-		return
+		return rep
 	}
 	if len(sel.Candidates) == 0 {
 		a.heldBack(slog.LevelWarn, "unable to evict any pods from the node", "signal", starved.Threshold.Signal,
 			"excluded", len(sel.Excluded), "why", excludedSummary(sel.Excluded))
-		return
+		return rep
 	}
 	a.lastHeldBack = ""
-	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(time.Since(fresh[starved.Threshold.Signal].Time).Seconds())
-	a.evict(ctx, sel.Candidates, fresh)
+	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(a.opts.Clock.Now().Sub(fresh[starved.Threshold.Signal].Time).Seconds())
+	rep.Evictions = []EvictResult{a.evict(ctx, sel.Candidates, fresh)}
+	return rep
+}
+
+// candidatesWanted is how many ranked pods the evictor may try in one pass:
+// its PDB ladder's length for this kind of pressure.
+func (a *Agent) candidatesWanted(t policy.Threshold) int {
+	e := a.engine.Config().Escalation
+	if t.Hard() {
+		return e.MaxCandidates
+	}
+	return e.SoftMaxCandidates
 }
 
 // heldBack logs why no pod is evicted at level when the reason changes, and
@@ -363,16 +352,18 @@ func (a *Agent) noteStarved(s *policy.ThresholdStatus) {
 }
 
 // reclaimNode runs the plan's steps until the need is met, then re-reads the
-// node; sufficient is true when no threshold is met any more (the kubelet's
+// node; Sufficient is true when no threshold is met any more (the kubelet's
 // check after reclaimNodeLevelResources), so no pod needs to go.
-func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods []*v1.Pod, layout policy.FilesystemLayout) (Observed, bool) {
+func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods []*v1.Pod, layout policy.FilesystemLayout) (Observed, *ReclaimReport) {
+	rep := &ReclaimReport{Signal: plan.Signal, Need: plan.Need}
 	if a.reclaim == nil {
-		return a.stats.Observe(ctx, pods), false
+		return a.stats.Observe(ctx, pods), rep
 	}
 	var freed int64
 	var done []string
 	for _, step := range plan.Steps {
 		r := a.reclaim.Reclaim(ctx, step, plan.Signal, plan.Need-freed, pods)
+		rep.Steps = append(rep.Steps, ReclaimStepReport{Step: step, ReclaimResult: r})
 		result := "ok"
 		switch {
 		case a.engine.Config().DryRun:
@@ -394,9 +385,9 @@ func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods 
 		}
 	}
 	after := a.stats.Observe(ctx, pods)
-	sufficient := a.engine.ReclaimSufficient(after.Observations, layout)
+	rep.Sufficient = a.engine.ReclaimSufficient(after.Observations, layout)
 	verdict := "thresholds still met: evicting"
-	if sufficient {
+	if rep.Sufficient {
 		verdict = "no threshold met any more: no eviction"
 	}
 	a.log.Info("node-level reclaim", "signal", plan.Signal, "need", policy.FormatValue(plan.Signal, plan.Need),
@@ -404,52 +395,55 @@ func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods 
 	a.recorder.Eventf(nodeRef(a.opts.NodeName), v1.EventTypeNormal, "NodeReclaim",
 		"Node-level reclaim for %s: needed %s, freed %s (%s); %s", plan.Signal,
 		policy.FormatValue(plan.Signal, plan.Need), policy.FormatValue(plan.Signal, freed), strings.Join(done, "; "), verdict)
-	return after, sufficient
+	return after, rep
 }
 
-// evict hands the ranked candidates to the evictor and records the outcome.
-func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) {
+// evict hands the ranked candidates to the evictor and records the outcome;
+// a pod taken down is tracked by the engine until it is gone.
+func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) EvictResult {
 	res := a.evictor.Evict(ctx, cands)
 	signal := string(cands[0].Signal)
-	a.metrics.Evictions.WithLabelValues(signal, res.Outcome).Inc()
+	a.metrics.Evictions.WithLabelValues(signal, string(res.Outcome)).Inc()
 	if res.Victim == nil {
 		if res.Err != nil {
 			a.log.Warn("eviction not done", "signal", signal, "outcome", res.Outcome, "err", res.Err)
 		}
-		return
+		return res
 	}
 	v := res.Victim
 	o := obs[v.Signal]
 	msg := "pod evicted"
-	if res.Outcome == "dry_run" {
+	if res.Outcome == OutcomeDryRun {
 		msg = "dry run: pod would be evicted"
 	}
 	a.log.Warn(msg, "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
 		"signal", v.Signal, "hard", v.Hard, "gracePeriodSeconds", v.GracePeriodSeconds,
 		"available", policy.FormatValue(v.Signal, o.Available), "why", v.Reason, "message", v.Message)
-	if res.Outcome == "dry_run" {
+	if res.Outcome == OutcomeDryRun {
 		a.recorder.AnnotatedEventf(v.Pod, v.Annotations, v1.EventTypeWarning, "WouldEvict",
 			"Dry run: would evict. %s(%s)", v.Message, v.Reason)
-		return
+		return res
 	}
-	at := res.At
-	if at.IsZero() {
-		at = a.opts.Clock.Now()
+	if res.Outcome.Disrupted() {
+		a.engine.Evicted(*v)
 	}
-	a.engine.EvictedAt(*v, at)
+	return res
 }
 
 // evictLocalStorage evicts pods over their local storage limits, up to the
-// per-pass maximum (the kubelet evicts all of them in one pass).
-func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) {
+// per-pass maximum (the kubelet evicts all of them in one pass); it returns
+// the answers and how many violators wait for the next pass.
+func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) ([]EvictResult, int) {
 	maxPerPass := a.engine.Config().RateLimits.MaxPerPass
+	var out []EvictResult
 	for i, c := range cands {
 		if i >= maxPerPass {
 			a.log.Info("local-storage evictions deferred to the next pass", "remaining", len(cands)-i, "maxPerPass", maxPerPass)
-			return
+			return out, len(cands) - i
 		}
-		a.evict(ctx, []policy.Candidate{c}, nil)
+		out = append(out, a.evict(ctx, []policy.Candidate{c}, nil))
 	}
+	return out, 0
 }
 
 // publish exports the assessment: metrics and node conditions.
@@ -491,8 +485,9 @@ func (a *Agent) publish(as *policy.Assessment, obs Observed) {
 	}
 }
 
-// publishThresholds resets the threshold gauges to the configuration's set.
-func (a *Agent) publishThresholds(cfg *policy.Config) {
+// resetThresholdGauges drops the threshold gauges of the previous
+// configuration; the next pass's publish sets the current configuration's.
+func (a *Agent) resetThresholdGauges() {
 	a.metrics.Threshold.Reset()
 	a.metrics.ThresholdMet.Reset()
 }

@@ -49,7 +49,7 @@ func (s *fakeStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Obser
 
 type fakePods struct{ pods []*v1.Pod }
 
-func (p *fakePods) List() ([]*v1.Pod, error) { return p.pods, nil }
+func (p *fakePods) ListPods() ([]*v1.Pod, error) { return p.pods, nil }
 
 type fakeStatus struct{ last []v1.NodeConditionType }
 
@@ -57,7 +57,7 @@ func (s *fakeStatus) SetConditions(c []v1.NodeConditionType) { s.last = c }
 
 type fakeEvictor struct {
 	calls   [][]policy.Candidate
-	outcome string
+	outcome Outcome
 }
 
 func (e *fakeEvictor) Evict(ctx context.Context, c []policy.Candidate) EvictResult {
@@ -102,7 +102,7 @@ func newTestAgent(t *testing.T, yaml string) (*Agent, *fakeClock, *fakeStats, *f
 		"hog":  {MemoryWorkingSet: i64(3 << 30)},
 		"calm": {MemoryWorkingSet: i64(100 << 20)},
 	}}
-	ev := &fakeEvictor{outcome: "evicted"}
+	ev := &fakeEvictor{outcome: OutcomeEvicted}
 	st := &fakeStatus{}
 	rec := record.NewFakeRecorder(100)
 	a := New(cfg, Deps{Stats: stats, Pods: &fakePods{pods: []*v1.Pod{pod("hog", "100Mi"), pod("calm", "1Gi")}},
@@ -172,7 +172,7 @@ func TestPass_NodeReclaimThatFallsShortEvicts(t *testing.T) {
 
 func TestPass_DryRunRecordsWouldEvictAndDoesNotWait(t *testing.T) {
 	a, _, stats, ev, _, rec := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\ndryRun: true\n")
-	ev.outcome = "dry_run"
+	ev.outcome = OutcomeDryRun
 	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
 	a.pass(context.Background(), "test")
 	if !eventsContain(rec, "WouldEvict") {

@@ -21,8 +21,7 @@ import (
 // the real API server, made as the agent's ServiceAccount through the admission policy.
 func BenchmarkEvictThroughAPI(b *testing.B) {
 	n := newTestNode(b)
-	inf := n.startInformers(b, nil)
-	ev, err := NewEvictor(n.agent, inf.Pods, record.NewFakeRecorder(0), EvictorOptions{NodeName: n.name, Logger: testLogger(b)})
+	ev, err := NewEvictor(n.agent, record.NewFakeRecorder(0), func() EvictorOptions { o := evictorOptions(b, n.name); o.Logger = testLogger(b); return o }())
 	if err != nil {
 		b.Fatal(err)
 	}

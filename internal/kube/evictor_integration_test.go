@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/agent"
 )
 
 // newTestEvictor builds an Evictor acting as the agent on n, with the rate limits opened
@@ -27,16 +27,13 @@ func newTestEvictor(t testing.TB, n *testNode, inf *NodeInformers, mutate func(*
 	ctx, cancel := context.WithCancel(context.Background())
 	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
 	t.Cleanup(func() { stop(); cancel() })
-	opts := EvictorOptions{
-		NodeName:    n.name,
-		RateLimit:   RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Nanosecond, MaxPerPass: 100},
-		WaitForGone: 10 * time.Second,
-		Logger:      testLogger(t),
-	}
+	opts := evictorOptions(t, n.name)
+	opts.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Nanosecond}
+	opts.Logger = testLogger(t)
 	if mutate != nil {
 		mutate(&opts)
 	}
-	ev, err := NewEvictor(n.agent, inf.Pods, recorder, opts)
+	ev, err := NewEvictor(n.agent, recorder, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +53,7 @@ func waitForPodInCache(t testing.TB, inf *NodeInformers, pods ...*corev1.Pod) {
 	})
 }
 
-func outcomes(res Result) []string {
+func outcomes(res agent.EvictResult) []string {
 	var out []string
 	for _, a := range res.Attempts {
 		out = append(out, a.Action+" "+a.Pod.Name+" "+string(a.Outcome))
@@ -64,20 +61,18 @@ func outcomes(res Result) []string {
 	return out
 }
 
-func TestEvictUnprotectedPodCreditsReclaimUntilGone(t *testing.T) {
+func TestEvictUnprotectedPodReturnsAtOnceWithTheVictim(t *testing.T) {
 	n := newTestNode(t)
 	inf := n.startInformers(t, nil)
 	pod := createPod(t, n.namespace, "victim", n.name, map[string]string{"app": "free"}, nil)
 	waitForPodInCache(t, inf, pod)
-	// No kubelet confirms the deletion yet, so the victim stays Terminating.
-	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) { o.WaitForGone = time.Second })
+	// No kubelet confirms the deletion, so the victim stays Terminating: Evict must not
+	// wait for it (the policy engine does, without blocking the loop).
+	ev := newTestEvictor(t, n, inf, nil)
 
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false)})
-	if res.Outcome != OutcomeEvicted || res.Victim == nil || res.Victim.Pod.UID != pod.UID {
+	if res.Outcome != agent.OutcomeEvicted || res.Victim == nil || res.Victim.Pod.UID != pod.UID {
 		t.Fatalf("outcome %s, victim %v, attempts %v, err %v; want evicted %s", res.Outcome, res.Victim, outcomes(res), res.Err, pod.Name)
-	}
-	if res.Gone {
-		t.Fatal("Gone = true for a pod no kubelet has finished")
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
 	if err != nil {
@@ -86,29 +81,10 @@ func TestEvictUnprotectedPodCreditsReclaimUntilGone(t *testing.T) {
 	if got.DeletionTimestamp == nil || got.DeletionGracePeriodSeconds == nil || *got.DeletionGracePeriodSeconds != 30 {
 		t.Fatalf("pod after eviction: deletionTimestamp %v grace %v; want terminating with grace 30 s", got.DeletionTimestamp, got.DeletionGracePeriodSeconds)
 	}
-	if credit := ev.PendingReclaim(policy.SignalMemoryAvailable); credit != 800<<20 {
-		t.Fatalf("PendingReclaim while terminating = %d, want %d", credit, 800<<20)
-	}
-	if credit := ev.PendingReclaim(policy.SignalNodeFsAvailable); credit != 0 {
-		t.Fatalf("PendingReclaim of another signal = %d, want 0", credit)
-	}
 	event := waitForEvent(t, n.namespace, "Pod", pod.Name, EventReasonEvicted)
 	if event.Type != corev1.EventTypeWarning || !strings.HasPrefix(event.Message, "The node was low on resource: memory.") ||
 		event.Annotations["starved_resource"] != "memory" || event.Source.Component != EventComponent || event.Source.Host != n.name {
 		t.Fatalf("Evicted event = %+v", event)
-	}
-
-	finishTerminatingPods(t, n.name)
-	waitFor(t, 10*time.Second, "credit released once the pod is gone", func() (bool, error) {
-		return ev.PendingReclaim(policy.SignalMemoryAvailable) == 0, nil
-	})
-
-	// With the deletion confirmed, Evict itself sees the victim gone.
-	second := createPod(t, n.namespace, "victim-2", n.name, nil, nil)
-	waitForPodInCache(t, inf, second)
-	res = ev.Evict(context.Background(), []Candidate{candidateFor(second, true)})
-	if res.Outcome != OutcomeEvicted || !res.Gone {
-		t.Fatalf("second eviction: outcome %s gone %v err %v", res.Outcome, res.Gone, res.Err)
 	}
 }
 
@@ -119,14 +95,14 @@ func TestSoftPressurePDBRefusalMovesToNextCandidate(t *testing.T) {
 	free := createPod(t, n.namespace, "free", n.name, map[string]string{"app": "free"}, nil)
 	pdbFor(t, n.namespace, "guarded", 1)
 	waitForPodInCache(t, inf, protected, free)
-	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) { o.WaitForGone = 100 * time.Millisecond })
+	ev := newTestEvictor(t, n, inf, nil)
 
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(protected, false), candidateFor(free, false)})
 	want := []string{"evict protected pdb_blocked", "evict free evicted"}
 	if got := outcomes(res); strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("attempts = %v, want %v", got, want)
 	}
-	if res.Outcome != OutcomeEvicted || res.Victim.Pod.Name != "free" {
+	if res.Outcome != agent.OutcomeEvicted || res.Victim.Pod.Name != "free" {
 		t.Fatalf("outcome %s victim %v", res.Outcome, res.Victim)
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), protected.Name, metav1.GetOptions{})
@@ -145,19 +121,19 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		after        EscalationAction
 		wantAttempts []string
-		wantOutcome  Outcome
+		wantOutcome  agent.Outcome
 		wantEvents   []string
 	}{
 		{
 			after:        EscalateDelete,
 			wantAttempts: []string{"evict a pdb_blocked", "evict b pdb_blocked", "delete a deleted"},
-			wantOutcome:  OutcomeDeleted,
+			wantOutcome:  agent.OutcomeDeleted,
 			wantEvents:   []string{EventReasonEvictionBlocked, EventReasonEscalatedToDelete},
 		},
 		{
 			after:        EscalateStop,
 			wantAttempts: []string{"evict a pdb_blocked", "evict b pdb_blocked"},
-			wantOutcome:  OutcomePDBBlocked,
+			wantOutcome:  agent.OutcomePDBBlocked,
 			wantEvents:   []string{EventReasonEvictionBlocked, EventReasonEvictionGaveUp},
 		},
 	} {
@@ -172,7 +148,6 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 			waitForPodInCache(t, inf, a, b, c)
 			ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
 				o.Escalation = EscalationOptions{MaxCandidates: 2, AfterBlocked: tc.after}
-				o.WaitForGone = 100 * time.Millisecond
 			})
 
 			res := ev.Evict(context.Background(), []Candidate{candidateFor(a, true), candidateFor(b, true), candidateFor(c, true)})
@@ -227,7 +202,7 @@ func TestUIDPreconditionSparesRecreatedPodOfSameName(t *testing.T) {
 
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(ctx, []Candidate{stale})
-	if res.Outcome != OutcomeGone || len(res.Attempts) != 1 || !apierrors.IsConflict(res.Attempts[0].Err) {
+	if res.Outcome != agent.OutcomeGone || len(res.Attempts) != 1 || !apierrors.IsConflict(res.Attempts[0].Err) {
 		t.Fatalf("outcome %s attempts %v err %v; want gone after a UID precondition conflict", res.Outcome, outcomes(res), res.Err)
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(ctx, "reborn", metav1.GetOptions{})
@@ -248,7 +223,7 @@ func TestNotFoundEndsThePass(t *testing.T) {
 	}
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false), candidateFor(other, false)})
-	if res.Outcome != OutcomeGone || len(res.Attempts) != 1 {
+	if res.Outcome != agent.OutcomeGone || len(res.Attempts) != 1 {
 		t.Fatalf("outcome %s attempts %v: a vanished candidate must end the pass (its numbers are stale)", res.Outcome, outcomes(res))
 	}
 }
@@ -269,7 +244,7 @@ func TestServerErrorEndsThePass(t *testing.T) {
 	waitForPodInCache(t, inf, doubly, other)
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(doubly, true), candidateFor(other, true)})
-	if res.Outcome != OutcomeAPIError || len(res.Attempts) != 1 || !apierrors.IsInternalError(res.Attempts[0].Err) {
+	if res.Outcome != agent.OutcomeAPIError || len(res.Attempts) != 1 || !apierrors.IsInternalError(res.Attempts[0].Err) {
 		t.Fatalf("outcome %s attempts %v err %v; want api_error after one 500", res.Outcome, outcomes(res), res.Err)
 	}
 	if got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), other.Name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
@@ -287,33 +262,30 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 	waitForPodInCache(t, inf, pods...)
 	finishTerminatingPods(t, n.name)
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.RateLimit = RateLimitOptions{PerMinute: 0.01, Burst: 2, CoolDown: time.Nanosecond, MaxPerPass: 100}
+		o.RateLimit = RateLimitOptions{PerMinute: 0.01, Burst: 2, CoolDown: time.Nanosecond}
 	})
 	ctx := context.Background()
-	for i, want := range []Outcome{OutcomeEvicted, OutcomeEvicted, OutcomeRateLimited} {
+	for i, want := range []agent.Outcome{agent.OutcomeEvicted, agent.OutcomeEvicted, agent.OutcomeRateLimited} {
 		if res := ev.Evict(ctx, []Candidate{candidateFor(pods[i], false)}); res.Outcome != want {
 			t.Fatalf("eviction %d: outcome %s (err %v), want %s", i+1, res.Outcome, res.Err, want)
 		}
 	}
 
 	cool := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Hour, MaxPerPass: 100}
+		o.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Hour}
 	})
 	p4 := createPod(t, n.namespace, "p4", n.name, nil, nil)
 	p5 := createPod(t, n.namespace, "p5", n.name, nil, nil)
 	waitForPodInCache(t, inf, p4, p5)
-	if res := cool.Evict(ctx, []Candidate{candidateFor(p4, false)}); res.Outcome != OutcomeEvicted {
+	if res := cool.Evict(ctx, []Candidate{candidateFor(p4, false)}); res.Outcome != agent.OutcomeEvicted {
 		t.Fatalf("first eviction: %s %v", res.Outcome, res.Err)
 	}
-	if res := cool.Evict(ctx, []Candidate{candidateFor(p5, false)}); res.Outcome != OutcomeCoolingDown {
-		t.Fatalf("eviction within cool-down: %s, want %s", res.Outcome, OutcomeCoolingDown)
+	if res := cool.Evict(ctx, []Candidate{candidateFor(p5, false)}); res.Outcome != agent.OutcomeCoolingDown {
+		t.Fatalf("eviction within cool-down: %s, want %s", res.Outcome, agent.OutcomeCoolingDown)
 	}
 
-	// MaxPerPass: local-storage violations are exempt from the cool-down but not from
-	// the per-pass cap; StartPass opens the next pass.
-	perPass := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-		o.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Hour, MaxPerPass: 1}
-	})
+	// Local-storage violations are exempt from the cool-down (the kubelet evicts them all
+	// at once; the loop caps them per pass).
 	p6 := createPod(t, n.namespace, "p6", n.name, nil, nil)
 	p7 := createPod(t, n.namespace, "p7", n.name, nil, nil)
 	waitForPodInCache(t, inf, p6, p7)
@@ -322,16 +294,10 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 		c.LocalStorage = true
 		return []Candidate{c}
 	}
-	perPass.StartPass()
-	if res := perPass.Evict(ctx, local(p6)); res.Outcome != OutcomeEvicted {
-		t.Fatalf("first local-storage eviction: %s %v", res.Outcome, res.Err)
-	}
-	if res := perPass.Evict(ctx, local(p7)); res.Outcome != OutcomeRateLimited {
-		t.Fatalf("second eviction in a pass with MaxPerPass 1: %s, want %s", res.Outcome, OutcomeRateLimited)
-	}
-	perPass.StartPass()
-	if res := perPass.Evict(ctx, local(p7)); res.Outcome != OutcomeEvicted {
-		t.Fatalf("local-storage eviction in the next pass, within the cool-down: %s %v", res.Outcome, res.Err)
+	for _, p := range []*corev1.Pod{p6, p7} {
+		if res := cool.Evict(ctx, local(p)); res.Outcome != agent.OutcomeEvicted {
+			t.Fatalf("local-storage eviction of %s within the cool-down: %s %v", p.Name, res.Outcome, res.Err)
+		}
 	}
 }
 
@@ -343,7 +309,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) { o.DryRun = true })
 	_, _, offset := auditWrites(t, agentUsername, 0)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
-	if res.Outcome != OutcomeDryRun || res.Victim == nil || res.Victim.Pod.Name != "spared" {
+	if res.Outcome != agent.OutcomeDryRun || res.Victim == nil || res.Victim.Pod.Name != "spared" {
 		t.Fatalf("dry run: outcome %s victim %v", res.Outcome, res.Victim)
 	}
 	time.Sleep(500 * time.Millisecond) // let any (wrong) asynchronous Event reach the audit log
@@ -393,24 +359,24 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 		}
 	})
 	soft := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false)})
-	if soft.Outcome != OutcomeAPIError || len(stopper.stopped) != 0 {
+	if soft.Outcome != agent.OutcomeAPIError || len(stopper.stopped) != 0 {
 		t.Fatalf("soft pressure with the API down: outcome %s, stopped %v; want api_error and no local stop", soft.Outcome, stopper.stopped)
 	}
 	// The loop passes every second; the local stop waits for LocalStop.After (3 s) of
 	// unreachability, counted from the first failed call.
 	downSince := time.Now()
-	var hard Result
+	var hard agent.EvictResult
 	for time.Since(downSince) < 10*time.Second {
 		hard = ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
-		if hard.Outcome == OutcomeStoppedLocally {
+		if hard.Outcome == agent.OutcomeStoppedLocally {
 			break
 		}
-		if hard.Outcome != OutcomeAPIError {
+		if hard.Outcome != agent.OutcomeAPIError {
 			t.Fatalf("hard pressure with the API down: outcome %s (err %v)", hard.Outcome, hard.Err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if waited := time.Since(downSince); hard.Outcome != OutcomeStoppedLocally || waited < 3*time.Second {
+	if waited := time.Since(downSince); hard.Outcome != agent.OutcomeStoppedLocally || waited < 3*time.Second {
 		t.Fatalf("local stop: outcome %s after %v; want stopped_locally after at least 3 s", hard.Outcome, waited)
 	}
 	if len(stopper.stopped) != 1 || stopper.stopped[0] != pod.UID {

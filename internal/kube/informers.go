@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -98,4 +100,10 @@ func (n *NodeInformers) Shutdown() {
 	for _, f := range n.factories {
 		f.Shutdown()
 	}
+}
+
+// ListPods lists this node's pods from the cache (the loop's agent.Pods). Start
+// waited for the first sync, so an empty list is a node without pods.
+func (n *NodeInformers) ListPods() ([]*corev1.Pod, error) {
+	return n.Pods.List(labels.Everything())
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,7 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
+	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -29,16 +33,16 @@ func TestClassifyTellsPDBRefusalFromThrottling(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want Outcome
+		want agent.Outcome
 	}{
-		{"accepted", nil, OutcomeEvicted},
-		{"pdb", pdb, OutcomePDBBlocked},
-		{"wrapped pdb", fmt.Errorf("evicting: %w", pdb), OutcomePDBBlocked},
-		{"apf throttling", apierrors.NewTooManyRequests("slow down", 1), OutcomeThrottled},
-		{"not found", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), OutcomeGone},
-		{"uid precondition", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("precondition failed")), OutcomeGone},
-		{"server error", apierrors.NewInternalError(errors.New("boom")), OutcomeAPIError},
-		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no")), OutcomeAPIError},
+		{"accepted", nil, agent.OutcomeEvicted},
+		{"pdb", pdb, agent.OutcomePDBBlocked},
+		{"wrapped pdb", fmt.Errorf("evicting: %w", pdb), agent.OutcomePDBBlocked},
+		{"apf throttling", apierrors.NewTooManyRequests("slow down", 1), agent.OutcomeThrottled},
+		{"not found", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), agent.OutcomeGone},
+		{"uid precondition", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("precondition failed")), agent.OutcomeGone},
+		{"server error", apierrors.NewInternalError(errors.New("boom")), agent.OutcomeAPIError},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no")), agent.OutcomeAPIError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := classify(tc.err); got != tc.want {
@@ -66,16 +70,28 @@ func TestIsUnreachable(t *testing.T) {
 	}
 }
 
-func TestEvictorOptionsDefaultsAndValidation(t *testing.T) {
-	opts := EvictorOptions{NodeName: "n"}
-	opts.setDefaults()
+// evictorOptions are the options the daemon builds from the default configuration.
+func evictorOptions(t testing.TB, nodeName string) EvictorOptions {
+	t.Helper()
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n"))
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	opts := EvictorOptionsFromConfig(cfg)
+	opts.NodeName, opts.Clock, opts.Logger = nodeName, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.APIReachable = func() bool { return true }
+	return opts
+}
+
+func TestEvictorOptionsFromTheDefaultConfigAndValidation(t *testing.T) {
+	opts := evictorOptions(t, "n")
 	if err := opts.validate(); err != nil {
 		t.Fatal(err)
 	}
 	if opts.Escalation.MaxCandidates != 3 || opts.Escalation.AfterBlocked != EscalateDelete || opts.Escalation.SoftMaxCandidates != 5 ||
-		opts.RateLimit.MaxPerPass != 3 || opts.RateLimit.PerMinute != 10 || opts.RateLimit.Burst != 3 || opts.RateLimit.CoolDown != time.Second ||
-		opts.LocalStop.After != 10*time.Second || opts.WaitForGone != 30*time.Second {
-		t.Fatalf("defaults = %+v", opts)
+		opts.RateLimit.PerMinute != 10 || opts.RateLimit.Burst != 3 || opts.RateLimit.CoolDown != time.Second ||
+		opts.LocalStop.After != 10*time.Second || opts.APITimeout != DefaultAPITimeout {
+		t.Fatalf("options from the default configuration = %+v", opts)
 	}
 	for _, tc := range []struct {
 		mutate  func(*EvictorOptions)
@@ -83,11 +99,13 @@ func TestEvictorOptionsDefaultsAndValidation(t *testing.T) {
 	}{
 		{func(o *EvictorOptions) { o.NodeName = "" }, "NodeName"},
 		{func(o *EvictorOptions) { o.Escalation.AfterBlocked = "Drain" }, `Escalation.AfterBlocked: value "Drain"`},
+		{func(o *EvictorOptions) { o.Escalation.MaxCandidates = 0 }, "Escalation.MaxCandidates: value 0: must be at least 1"},
+		{func(o *EvictorOptions) { o.RateLimit.PerMinute = 0 }, "RateLimit.PerMinute: value 0: must be positive"},
 		{func(o *EvictorOptions) { o.RateLimit.CoolDown = -time.Second }, "RateLimit.CoolDown: value -1s"},
 		{func(o *EvictorOptions) { o.LocalStop.Enabled = true }, "LocalStop.Stopper"},
+		{func(o *EvictorOptions) { o.APIReachable = nil }, "APIReachable"},
 	} {
-		o := EvictorOptions{NodeName: "n"}
-		o.setDefaults()
+		o := evictorOptions(t, "n")
 		tc.mutate(&o)
 		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("validate() = %v, want error containing %q", err, tc.wantErr)
@@ -239,8 +257,9 @@ func TestNewerResourceVersion(t *testing.T) {
 
 func TestLocalStopJournalSurvivesRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "local-stops.json")
-	opts := EvictorOptions{NodeName: "n", LocalStop: LocalStopOptions{JournalPath: path}}
-	ev, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	opts := evictorOptions(t, "n")
+	opts.LocalStop.JournalPath = path
+	ev, err := NewEvictor(nil, record.NewFakeRecorder(10), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +274,7 @@ func TestLocalStopJournalSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	restarted, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts)
+	restarted, err := NewEvictor(nil, record.NewFakeRecorder(10), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +297,7 @@ func TestLocalStopJournalSurvivesRestart(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewEvictor(nil, nil, record.NewFakeRecorder(10), opts); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := NewEvictor(nil, record.NewFakeRecorder(10), opts); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("corrupt journal: err = %v, want an error naming %s", err, path)
 	}
 }

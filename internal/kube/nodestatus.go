@@ -221,7 +221,10 @@ func (s *NodeStatus) kick() {
 // Run syncs on every node change, every SetConditions and every ReassertInterval until
 // ctx ends. Errors are logged and retried on the next tick.
 func (s *NodeStatus) Run(ctx context.Context) {
+	s.syncMu.Lock() // Reconfigure may swap the options meanwhile
 	ticker := s.opts.Clock.NewTicker(s.opts.ReassertInterval)
+	log, node := s.opts.Logger, s.opts.NodeName
+	s.syncMu.Unlock()
 	defer ticker.Stop()
 	for {
 		select {
@@ -231,7 +234,7 @@ func (s *NodeStatus) Run(ctx context.Context) {
 		case <-ticker.C():
 		}
 		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-			s.opts.Logger.Warn("node status sync failed; retrying", "node", s.opts.NodeName, "err", err)
+			log.Warn("node status sync failed; retrying", "node", node, "err", err)
 		}
 	}
 }

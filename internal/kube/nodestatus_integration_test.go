@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/evictiond/evictiond/internal/agent"
 )
 
 // startNodeStatus runs a NodeStatus as the agent on n until the test ends.
@@ -396,7 +398,7 @@ func TestQuietHourMakesNoAPIWrites(t *testing.T) {
 	// conditions" and has no candidates each pass, the re-assert ticker fires each second.
 	for range 3600 {
 		status.SetConditions(nil)
-		if res := ev.Evict(context.Background(), nil); res.Outcome != OutcomeNoCandidates {
+		if res := ev.Evict(context.Background(), nil); res.Outcome != agent.OutcomeNoCandidates {
 			t.Fatalf("quiet pass: outcome %s", res.Outcome)
 		}
 		fakeClock.Step(time.Second)

@@ -97,8 +97,9 @@ type NotifierConfig struct {
 
 // EscalationConfig is the compiled PDBEscalationSettings.
 type EscalationConfig struct {
-	MaxCandidates int
-	Delete        bool
+	MaxCandidates     int
+	SoftMaxCandidates int
+	Delete            bool
 }
 
 // RateLimitConfig is the compiled RateLimitSettings.
@@ -559,6 +560,12 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	} else if cfg.Escalation.MaxCandidates < 0 {
 		c.fail("eviction.pdbEscalation.maxCandidates", "", fmt.Sprint(e.PDBEscalation.MaxCandidates), "must be at least 1")
 	}
+	cfg.Escalation.SoftMaxCandidates = e.PDBEscalation.SoftMaxCandidates
+	if cfg.Escalation.SoftMaxCandidates == 0 {
+		cfg.Escalation.SoftMaxCandidates = 5
+	} else if cfg.Escalation.SoftMaxCandidates < 0 {
+		c.fail("eviction.pdbEscalation.softMaxCandidates", "", fmt.Sprint(e.PDBEscalation.SoftMaxCandidates), "must be at least 1")
+	}
 	rl := e.RateLimits
 	cfg.RateLimits = RateLimitConfig{MaxPerPass: rl.MaxPerPass, PerMinute: rl.PerMinute, Burst: rl.Burst,
 		Cooldown: c.duration("eviction.rateLimits.cooldown", rl.Cooldown, time.Second, 0, time.Hour)}
@@ -693,7 +700,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 		PSI:          PSITriggerSettings{Enabled: ptr(nc.PSIEnabled), Type: nc.PSIType, Stall: nc.PSIStall.String(), Window: nc.PSIWindow.String()},
 		PollInterval: nc.PollInterval.String()}
 	n.Eviction = EvictionSettings{
-		PDBEscalation:  PDBEscalationSettings{MaxCandidates: cfg.Escalation.MaxCandidates, Delete: ptr(cfg.Escalation.Delete)},
+		PDBEscalation:  PDBEscalationSettings{MaxCandidates: cfg.Escalation.MaxCandidates, SoftMaxCandidates: cfg.Escalation.SoftMaxCandidates, Delete: ptr(cfg.Escalation.Delete)},
 		RateLimits:     RateLimitSettings{MaxPerPass: cfg.RateLimits.MaxPerPass, PerMinute: cfg.RateLimits.PerMinute, Burst: cfg.RateLimits.Burst, Cooldown: cfg.RateLimits.Cooldown.String()},
 		APIUnreachable: APIUnreachableSettings{CRIStop: cfg.APIUnreachable.CRIStop, After: cfg.APIUnreachable.After.String()},
 	}

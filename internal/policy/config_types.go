@@ -127,6 +127,10 @@ type PDBEscalationSettings struct {
 	// MaxCandidates is how many ranked pods are tried through the Eviction API
 	// under hard pressure before escalating. Default 3.
 	MaxCandidates int `json:"maxCandidates,omitempty"`
+	// SoftMaxCandidates is how many ranked pods one soft-pressure pass tries
+	// through the Eviction API when PDBs refuse; the next pass tries again.
+	// Default 5.
+	SoftMaxCandidates int `json:"softMaxCandidates,omitempty"`
 	// Delete: when every candidate tried was blocked under hard pressure,
 	// delete the top-ranked one directly (bypassing its PDB, with the hard
 	// grace period). When false, evictiond stops there and leaves the node to

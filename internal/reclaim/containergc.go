@@ -198,7 +198,7 @@ func (r *Reclaimer) collectContainers(ctx context.Context, rt internalapi.Runtim
 		attrs := []any{"container", c.Id, "name", c.GetMetadata().GetName(), "attempt", c.GetMetadata().GetAttempt(),
 			"pod", c.Labels["io.kubernetes.pod.namespace"] + "/" + c.Labels["io.kubernetes.pod.name"],
 			"podUID", pods.podUID(c), "state", c.State.String()}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			r.log.Info("container GC: would remove container", attrs...)
 			res.WouldRemove++
 			continue
@@ -231,7 +231,7 @@ func (r *Reclaimer) collectContainers(ctx context.Context, rt internalapi.Runtim
 		}
 		attrs := []any{"sandbox", sb.Id, "pod", sb.GetMetadata().GetNamespace() + "/" + sb.GetMetadata().GetName(),
 			"podUID", sb.GetMetadata().GetUid(), "attempt", sb.GetMetadata().GetAttempt()}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			r.log.Info("container GC: would remove sandbox", attrs...)
 			res.WouldRemove++
 			continue

@@ -234,7 +234,7 @@ func (r *Reclaimer) collectImages(ctx context.Context, rt internalapi.RuntimeSer
 		}
 	}()
 	for _, c := range candidates {
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			if estimated >= req.Need {
 				break
 			}
@@ -258,7 +258,7 @@ func (r *Reclaimer) collectImages(ctx context.Context, rt internalapi.RuntimeSer
 			r.state.markUsed(id, r.opts.Clock.Now())
 			continue
 		}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			r.log.Info("image GC: would remove image", "image", id, "tags", c.img.RepoTags, "size", c.img.Size,
 				"lastUsed", c.record.LastUsed, "firstSeen", c.record.FirstSeen)
 			// Image sizes are bytes; for an inode signal a dry run cannot estimate and lists
@@ -297,7 +297,7 @@ func (r *Reclaimer) collectImages(ctx context.Context, rt internalapi.RuntimeSer
 		r.log.Info("image GC: removed image", "image", id, "tags", c.img.RepoTags, "size", c.img.Size,
 			"lastUsed", c.record.LastUsed, "firstSeen", c.record.FirstSeen, "freedSoFar", freed, "need", req.Need)
 	}
-	if !r.opts.DryRun && freed < req.Need {
+	if !r.dryRun.Load() && freed < req.Need {
 		r.log.Warn("image GC: could not free what was needed", "need", req.Need, "freed", freed, "unit", fs.unit())
 	}
 	return nil

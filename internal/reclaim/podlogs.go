@@ -74,7 +74,7 @@ func (r *Reclaimer) removeDeadPodLogDirs(ctx context.Context, pods *runtimePods,
 			r.log.Debug("pod log cleanup: directory too recent, keeping it", "path", path, "age", age)
 			continue
 		}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			r.log.Info("pod log cleanup: would remove pod log directory", "path", path, "podUID", uid)
 			res.WouldRemove++
 			continue
@@ -114,7 +114,7 @@ func (r *Reclaimer) removeDanglingContainerLogLinks(res *Result) {
 		if _, err := os.Lstat(r.hostPath(target)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			r.log.Info("pod log cleanup: would remove dangling container log link", "path", link, "target", target)
 			res.WouldRemove++
 			continue

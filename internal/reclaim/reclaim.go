@@ -29,6 +29,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -51,9 +52,6 @@ const (
 	// DefaultCallTimeout bounds every CRI call (and the connection attempt). The kubelet's
 	// runtimeRequestTimeout is 2m; image removal on a loaded disk is the slowest call here.
 	DefaultCallTimeout = 2 * time.Minute
-	// DefaultImageMinimumAge is the kubelet's imageMinimumGCAge: an image first seen less than
-	// this long ago is never removed (it may be about to be used by a pod being started).
-	DefaultImageMinimumAge = 2 * time.Minute
 	// DefaultStateFile is where first-seen and last-used times of images are kept across restarts.
 	DefaultStateFile = "/var/lib/evictiond/images.json"
 	// DefaultNodeFsPath is the kubelet's root directory, whose filesystem is nodefs.
@@ -77,8 +75,9 @@ type Options struct {
 	// CallTimeout bounds each CRI call. Default DefaultCallTimeout.
 	CallTimeout time.Duration
 
-	// ImageMinimumAge: images first seen by evictiond less than this long ago are kept.
-	// Default DefaultImageMinimumAge; a negative value means no minimum.
+	// ImageMinimumAge: images first seen by evictiond less than this long ago are kept; 0
+	// means no minimum. The daemon passes reclaim.imageGC.minAge (policy.Compile's
+	// default is the kubelet's 2 min).
 	ImageMinimumAge time.Duration
 	// StateFile keeps image first-seen/last-used times; a path as the agent sees it (the
 	// DaemonSet mounts a host directory there). Default DefaultStateFile.
@@ -102,7 +101,7 @@ type Options struct {
 	// DefaultPodLogsMinAge; a negative value means no minimum.
 	PodLogsMinAge time.Duration
 
-	// DryRun logs "would remove" for every item and removes nothing.
+	// DryRun logs "would remove" for every item and removes nothing; SetDryRun switches it.
 	DryRun bool
 
 	// Clock is the time source. Default: the real clock.
@@ -120,12 +119,6 @@ func (o *Options) applyDefaults() {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = DefaultCallTimeout
-	}
-	if o.ImageMinimumAge == 0 {
-		o.ImageMinimumAge = DefaultImageMinimumAge
-	}
-	if o.ImageMinimumAge < 0 {
-		o.ImageMinimumAge = 0
 	}
 	if o.StateFile == "" {
 		o.StateFile = DefaultStateFile
@@ -154,6 +147,9 @@ func (o *Options) applyDefaults() {
 }
 
 func (o *Options) validate() error {
+	if o.ImageMinimumAge < 0 {
+		return fmt.Errorf("reclaim options: ImageMinimumAge %s: must not be negative (0 means no minimum)", o.ImageMinimumAge)
+	}
 	if o.CallTimeout < 0 {
 		return fmt.Errorf("reclaim options: CallTimeout %s: must not be negative", o.CallTimeout)
 	}
@@ -215,8 +211,9 @@ var ErrLivePodsUnknown = errors.New("live pod set unknown: pods not on the live 
 
 // Reclaimer runs reclaim steps against one container runtime.
 type Reclaimer struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	dryRun atomic.Bool
 
 	runMu sync.Mutex // one step or tracking pass at a time: they share the image state
 
@@ -245,6 +242,7 @@ func New(opts Options) (*Reclaimer, error) {
 		return nil, err
 	}
 	r := &Reclaimer{opts: opts, log: opts.Logger.With("component", "reclaim")}
+	r.dryRun.Store(opts.DryRun)
 	st, err := loadImageState(opts.StateFile, r.log)
 	if err != nil {
 		return nil, err
@@ -362,7 +360,7 @@ func (r *Reclaimer) Run(ctx context.Context, req Request) (res Result, err error
 	res.Freed = after - before
 	r.log.Info("reclaim step done", "step", req.Step, "signal", req.Signal, "filesystem", res.Filesystem,
 		"unit", res.Unit, "need", req.Need, "freed", res.Freed, "removed", res.ItemsRemoved,
-		"wouldRemove", res.WouldRemove, "errors", len(res.Errors), "dryRun", r.opts.DryRun)
+		"wouldRemove", res.WouldRemove, "errors", len(res.Errors), "dryRun", r.dryRun.Load())
 	if stepErr != nil {
 		return res, fmt.Errorf("reclaim %s: %w", req.Step, stepErr)
 	}

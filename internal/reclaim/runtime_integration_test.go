@@ -64,7 +64,7 @@ func BenchmarkTrackImages(b *testing.B) {
 // BenchmarkImageGCRemoveOneImage is one image GC run that removes one 8 MiB image.
 func BenchmarkImageGCRemoveOneImage(b *testing.B) {
 	e := newCRIEnvB(b)
-	r := e.newReclaimer(func(o *Options) { o.ImageMinimumAge = -1; o.PinnedImages = []string{e.busybox.Ref} })
+	r := e.newReclaimer(func(o *Options) { o.ImageMinimumAge = 0; o.PinnedImages = []string{e.busybox.Ref} })
 	for b.Loop() {
 		b.StopTimer()
 		e.importPadded("example.test/victim:v1", padBytes)

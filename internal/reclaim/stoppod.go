@@ -43,7 +43,7 @@ func (r *Reclaimer) StopPod(ctx context.Context, uid types.UID, grace time.Durat
 		}
 		for _, c := range containers {
 			attrs := []any{"podUID", uid, "container", c.Id, "name", c.GetMetadata().GetName(), "grace", grace}
-			if r.opts.DryRun {
+			if r.dryRun.Load() {
 				r.log.Info("would stop container locally", attrs...)
 				stopped++
 				continue
@@ -55,7 +55,7 @@ func (r *Reclaimer) StopPod(ctx context.Context, uid types.UID, grace time.Durat
 			r.log.Warn("stopped container locally", attrs...)
 			stopped++
 		}
-		if r.opts.DryRun {
+		if r.dryRun.Load() {
 			continue
 		}
 		if err := rt.StopPodSandbox(ctx, sb.Id); err != nil && status.Code(err) != codes.NotFound {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -9,18 +9,18 @@ import (
 	"github.com/evictiond/evictiond/internal/monitor"
 )
 
-// monitorStats is the agent's Stats, read by the monitor: node signals and
+// MonitorStats is the agent's Stats, read by the monitor: node signals and
 // the usage of the pods the agent is deciding about.
-type monitorStats struct{ m *monitor.Monitor }
+type MonitorStats struct{ M *monitor.Monitor }
 
-var _ agent.Stats = monitorStats{}
+var _ agent.Stats = MonitorStats{}
 
 // Observe reads the node signals and the pods' cached disk usage.
-func (s monitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
+func (s MonitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
 	refs := monitor.PodRefsFromPods(pods)
-	s.m.SetPods(refs) // the disk refresher measures these pods
-	snap := s.m.ObserveNode(ctx)
-	s.m.ObservePodDisk(ctx, snap, refs)
+	s.M.SetPods(refs) // the disk refresher measures these pods
+	snap := s.M.ObserveNode(ctx)
+	s.M.ObservePodDisk(ctx, snap, refs)
 	return agent.Observed{
 		Observations: snap.Observations,
 		Pods:         snap.Pods,
@@ -31,11 +31,11 @@ func (s monitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observe
 }
 
 // ObserveUsage adds fresh memory and process counts, for ranking.
-func (s monitorStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {
+func (s MonitorStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {
 	snap, ok := obs.Handle.(*monitor.Snapshot)
 	if !ok {
 		return
 	}
-	s.m.ObservePods(ctx, snap, monitor.PodRefsFromPods(pods))
+	s.M.ObservePods(ctx, snap, monitor.PodRefsFromPods(pods))
 	obs.Pods = snap.Pods
 }

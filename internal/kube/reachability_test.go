@@ -1,4 +1,4 @@
-package main
+package kube
 
 import (
 	"context"
@@ -9,40 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/evictiond/evictiond/internal/policy"
 )
-
-func TestEvictorChangedOnlyForTheEvictorsSettings(t *testing.T) {
-	base := func() *policy.Config {
-		c, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n"))
-		if errs != nil {
-			t.Fatal(errs)
-		}
-		return c
-	}
-	for name, tc := range map[string]struct {
-		change func(*policy.Config)
-		want   bool
-	}{
-		"thresholds only":        {func(c *policy.Config) { c.Thresholds = nil }, false},
-		"loop interval only":     {func(c *policy.Config) { c.LoopInterval = time.Minute }, false},
-		"dryRun":                 {func(c *policy.Config) { c.DryRun = !c.DryRun }, true},
-		"rate limit per minute":  {func(c *policy.Config) { c.RateLimits.PerMinute++ }, true},
-		"escalation delete":      {func(c *policy.Config) { c.Escalation.Delete = !c.Escalation.Delete }, true},
-		"local stop":             {func(c *policy.Config) { c.APIUnreachable.CRIStop = !c.APIUnreachable.CRIStop }, true},
-		"pod cleanup timeout":    {func(c *policy.Config) { c.PodCleanupTimeout++ }, true},
-		"journal next to images": {func(c *policy.Config) { c.Reclaim.ImageStateFile = "/elsewhere/images.json" }, true},
-	} {
-		t.Run(name, func(t *testing.T) {
-			prev, next := base(), base()
-			tc.change(next)
-			if got := evictorChanged(prev, next); got != tc.want {
-				t.Errorf("evictorChanged = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
 
 // errAfterBody yields data, then err.
 type errAfterBody struct {
@@ -70,9 +37,9 @@ func watchRequest(t *testing.T) *http.Request {
 }
 
 func TestReachabilityOpenWatchKeepsReadyAndABrokenStreamFails(t *testing.T) {
-	r := &reachability{}
+	r := &Reachability{}
 	broken := errors.New("connection reset by peer")
-	rt := r.wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+	rt := r.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusOK, Body: &errAfterBody{data: `{"type":"ADDED"}`, err: broken}}, nil
 	}))
 	resp, err := rt.RoundTrip(watchRequest(t))
@@ -84,24 +51,24 @@ func TestReachabilityOpenWatchKeepsReadyAndABrokenStreamFails(t *testing.T) {
 	r.mu.Lock()
 	r.lastOK = time.Now().Add(-time.Hour)
 	r.mu.Unlock()
-	if err := r.check(context.Background(), nil); err != nil {
+	if err := r.Check(context.Background(), nil); err != nil {
 		t.Fatalf("check with an open watch: %v", err)
 	}
 	if _, err := io.ReadAll(resp.Body); !errors.Is(err, broken) {
 		t.Fatalf("reading the stream: %v", err)
 	}
-	err = r.check(context.Background(), nil)
+	err = r.Check(context.Background(), nil)
 	if err == nil || !strings.Contains(err.Error(), "connection reset by peer") {
 		t.Fatalf("check after the stream broke = %v, want the stream's error", err)
 	}
-	if r.reachable() {
+	if r.Reachable() {
 		t.Errorf("reachable after the stream broke")
 	}
 }
 
 func TestReachabilityWatchEndedByTheServerIsNoFailure(t *testing.T) {
-	r := &reachability{}
-	rt := r.wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
+	r := &Reachability{}
+	rt := r.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusOK, Body: &errAfterBody{err: io.EOF}}, nil
 	}))
 	resp, err := rt.RoundTrip(watchRequest(t))
@@ -110,7 +77,7 @@ func TestReachabilityWatchEndedByTheServerIsNoFailure(t *testing.T) {
 	}
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !r.reachable() {
+	if !r.Reachable() {
 		t.Errorf("a watch ended by the server's timeout (EOF) made the API server unreachable")
 	}
 	r.mu.Lock()

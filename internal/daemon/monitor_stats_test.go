@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
+const fixtureHost = "../monitor/testdata/v2-systemd"
+
 func TestMonitorStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
 	m, err := monitor.New(monitor.Config{HostRoot: fixtureHost, CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
 	if err != nil {
@@ -19,7 +21,7 @@ func TestMonitorStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
 	pod.UID = "0e7f5a36-9c1e-4f53-9d0a-7f8ac2a1b111"
 	pod.Namespace, pod.Name = "shop", "web-7d9f"
 	pod.Status.QOSClass = v1.PodQOSBurstable
-	stats := monitorStats{m}
+	stats := MonitorStats{m}
 	obs := stats.Observe(context.Background(), []*v1.Pod{pod})
 	if _, ok := obs.Observations[policy.SignalMemoryAvailable]; !ok {
 		t.Errorf("no memory.available: %v", obs.Missing)

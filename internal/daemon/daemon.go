@@ -1,0 +1,247 @@
+// Package daemon is evictiond's wiring: it builds the decision loop
+// (agent.Agent) with the Kubernetes side (kube.Evictor, node informers, the
+// node status writer, Events) around injected parts, and reconfigures them
+// on every reload. `evictiond run` builds it with the real API client, the
+// monitor and the CRI reclaimer; `evictiond simulate` and the tests build it
+// with a client-go fake clientset and a scenario's stats on a virtual clock,
+// so every decision a simulation shows is the daemon's own. See
+// docs/architecture.md.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/metrics"
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Reclaimer is the node-level reclaim the daemon drives: the loop's steps, the
+// evictor's local stop (API server unreachable) and dry run switched on reload.
+// reclaim.Reclaimer is the node's.
+type Reclaimer interface {
+	agent.Reclaimer
+	kube.LocalPodStopper
+	SetDryRun(on bool)
+}
+
+// Deps are the parts that differ between a node and a simulation.
+type Deps struct {
+	// Client is the API server: evictions, Events, node status, and the pod and
+	// node informers unless Pods is set.
+	Client kubernetes.Interface
+	// Pods lists the node's pods; nil: node-scoped informers on Client, started
+	// (and synced) by New.
+	Pods agent.Pods
+	// Stats reads the node.
+	Stats agent.Stats
+	// Reclaimer runs node-level reclaim; nil: none (no CRI).
+	Reclaimer Reclaimer
+	// Recorder records Events; nil: one writing to Client.
+	Recorder record.EventRecorder
+	// Metrics receives the loop's metrics; nil: a fresh registry.
+	Metrics *metrics.Metrics
+	// APIReachable says whether the API server answered recently
+	// (kube.Reachability.Reachable); nil: always.
+	APIReachable func() bool
+	// Clock drives the loop's decisions and the evictor; nil: the real clock.
+	Clock clock.Clock
+	// Wake wakes the loop (the kernel fast path); nil: the ticker only.
+	Wake <-chan struct{}
+	// OnConfig runs in the loop goroutine after the daemon's own parts took a
+	// new configuration (the notifier's thresholds).
+	OnConfig func(*policy.Config)
+}
+
+// Options name the node and say which parts run.
+type Options struct {
+	NodeName string
+	// SelfUID is evictiond's own pod, never evicted.
+	SelfUID types.UID
+	// NodeStatus runs the node status writer (conditions, taints); it needs
+	// the node informer, so Deps.Pods must be nil.
+	NodeStatus bool
+	Logger     *slog.Logger
+}
+
+// Daemon is one node's agent with its parts.
+type Daemon struct {
+	Agent     *agent.Agent
+	Evictor   *kube.Evictor
+	Informers *kube.NodeInformers // nil when Deps.Pods was given
+	Status    *kube.NodeStatus    // nil unless Options.NodeStatus
+
+	deps     Deps
+	opts     Options
+	cfg      *policy.Config // the configuration in force, for restart-only changes
+	started  *policy.Config
+	cleanups []func()
+}
+
+// New builds the daemon for cfg. Its goroutines (informers, Events, node
+// status) run until ctx ends; Close waits for them. Starting the informers
+// waits for their first sync with the API server.
+func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *Daemon, err error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("daemon: NodeName: value \"\": must not be empty")
+	}
+	if deps.Client == nil || deps.Stats == nil {
+		return nil, errors.New("daemon: Deps.Client and Deps.Stats are required")
+	}
+	if opts.NodeStatus && deps.Pods != nil {
+		return nil, errors.New("daemon: Options.NodeStatus: value true: needs the node informer (Deps.Pods must be nil)")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.APIReachable == nil {
+		deps.APIReachable = func() bool { return true }
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = metrics.New()
+	}
+	d = &Daemon{deps: deps, opts: opts, cfg: cfg, started: cfg}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if deps.Recorder == nil {
+		rec, stop := kube.NewEventRecorder(ctx, deps.Client, opts.NodeName)
+		d.deps.Recorder = rec
+		d.cleanups = append(d.cleanups, stop)
+	}
+	if deps.Pods == nil {
+		inf, err := kube.NewNodeInformers(deps.Client, opts.NodeName, 0)
+		if err != nil {
+			return d, err
+		}
+		d.Informers = inf
+		d.deps.Pods = inf
+		if opts.NodeStatus {
+			if err := d.startNodeStatus(ctx); err != nil {
+				return d, err
+			}
+		}
+		if err := inf.Start(ctx); err != nil {
+			return d, fmt.Errorf("node informers: %w", err)
+		}
+		d.cleanups = append(d.cleanups, inf.Shutdown)
+	}
+	d.Evictor, err = kube.NewEvictor(deps.Client, d.deps.Recorder, d.evictorOptions(cfg))
+	if err != nil {
+		return d, err
+	}
+	ad := agent.Deps{Stats: deps.Stats, Pods: d.deps.Pods, Evictor: d.Evictor, Recorder: d.deps.Recorder, Metrics: deps.Metrics}
+	if deps.Reclaimer != nil {
+		ad.Reclaimer = deps.Reclaimer
+	}
+	if d.Status != nil {
+		ad.Status = d.Status
+	}
+	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Wake,
+		Clock: deps.Clock, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
+	return d, nil
+}
+
+// startNodeStatus builds the node status writer on the informers (before they
+// start: it registers a node handler) and runs it until ctx ends.
+func (d *Daemon) startNodeStatus(ctx context.Context) error {
+	opts := kube.NodeStatusOptionsFromConfig(d.cfg)
+	opts.NodeName, opts.Logger = d.opts.NodeName, d.opts.Logger.With("component", "nodestatus")
+	s, err := kube.NewNodeStatus(d.deps.Client, d.Informers, d.deps.Recorder, opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	d.cleanups = append(d.cleanups, func() { cancel(); <-done })
+	d.Status = s
+	return nil
+}
+
+func (d *Daemon) evictorOptions(c *policy.Config) kube.EvictorOptions {
+	o := kube.EvictorOptionsFromConfig(c)
+	o.NodeName, o.APIReachable, o.Clock = d.opts.NodeName, d.deps.APIReachable, d.deps.Clock
+	o.Logger = d.opts.Logger.With("component", "evictor")
+	if d.deps.Reclaimer != nil {
+		o.LocalStop.Stopper = d.deps.Reclaimer
+	}
+	return o
+}
+
+// reconfigure runs in the loop goroutine when a new configuration is applied:
+// every part takes its section; what only a restart applies is logged.
+func (d *Daemon) reconfigure(c *policy.Config) {
+	log := d.opts.Logger
+	if err := d.Evictor.Reconfigure(d.evictorOptions(c)); err != nil {
+		log.Error("evictor keeps its previous settings", "err", err)
+	}
+	if d.deps.Reclaimer != nil {
+		d.deps.Reclaimer.SetDryRun(c.DryRun)
+	}
+	if d.Status != nil {
+		opts := kube.NodeStatusOptionsFromConfig(c)
+		opts.NodeName, opts.Logger = d.opts.NodeName, log.With("component", "nodestatus")
+		if err := d.Status.Reconfigure(opts); err != nil {
+			log.Error("node status writer keeps its previous settings", "err", err)
+		}
+	}
+	if d.deps.OnConfig != nil {
+		d.deps.OnConfig(c)
+	}
+	if restartOnly := RestartOnlyChanges(d.started, c); restartOnly != "" {
+		log.Warn("configuration changes that take effect on restart", "fields", restartOnly)
+	}
+	d.cfg = c
+}
+
+// Run runs the loop until ctx ends.
+func (d *Daemon) Run(ctx context.Context) { d.Agent.Run(ctx) }
+
+// Reload hands a new configuration to the loop.
+func (d *Daemon) Reload(c *policy.Config) { d.Agent.Reload(c) }
+
+// Close stops what New started, last first.
+func (d *Daemon) Close() {
+	for i := len(d.cleanups) - 1; i >= 0; i-- {
+		d.cleanups[i]()
+	}
+	d.cleanups = nil
+}
+
+// RestartOnlyChanges names settings a reload cannot apply to running parts.
+func RestartOnlyChanges(old, next *policy.Config) string {
+	var out []string
+	if old.HousekeepingInterval != next.HousekeepingInterval {
+		out = append(out, "stats.housekeepingInterval")
+	}
+	if old.MemoryFormula != next.MemoryFormula {
+		out = append(out, "stats.memoryFormula")
+	}
+	if old.Reclaim.CRIEndpoint != next.Reclaim.CRIEndpoint || old.Reclaim.ImageStateFile != next.Reclaim.ImageStateFile ||
+		old.Reclaim.ImageMinAge != next.Reclaim.ImageMinAge || strings.Join(old.Reclaim.PinnedImages, ",") != strings.Join(next.Reclaim.PinnedImages, ",") {
+		out = append(out, "reclaim.*")
+	}
+	if old.NodeStatus.ReassertInterval != next.NodeStatus.ReassertInterval {
+		out = append(out, "nodeStatus.reassertInterval")
+	}
+	return strings.Join(out, ", ")
+}
+
+// Recorder is the daemon's Event recorder.
+func (d *Daemon) Recorder() record.EventRecorder { return d.deps.Recorder }
