@@ -147,7 +147,7 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 			pdbFor(t, n.namespace, "all", 3)
 			waitForPodInCache(t, inf, a, b, c)
 			ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) {
-				o.Escalation = EscalationOptions{MaxCandidates: 2, AfterBlocked: tc.after}
+				o.Escalation.MaxCandidates, o.Escalation.AfterBlocked = 2, tc.after
 			})
 
 			res := ev.Evict(context.Background(), []Candidate{candidateFor(a, true), candidateFor(b, true), candidateFor(c, true)})
