@@ -83,7 +83,8 @@ type Daemon struct {
 
 	deps     Deps
 	opts     Options
-	cfg      *policy.Config // the configuration in force, for restart-only changes
+	ctx      context.Context // New's: the parts' lifetime
+	cfg      *policy.Config  // the configuration in force
 	started  *policy.Config
 	cleanups []func()
 }
@@ -113,7 +114,7 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New()
 	}
-	d = &Daemon{deps: deps, opts: opts, cfg: cfg, started: cfg}
+	d = &Daemon{ctx: ctx, deps: deps, opts: opts, cfg: cfg, started: cfg}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -197,7 +198,7 @@ func (d *Daemon) reconfigure(c *policy.Config) {
 	if d.Status != nil {
 		opts := kube.NodeStatusOptionsFromConfig(c)
 		opts.NodeName, opts.Logger = d.opts.NodeName, log.With("component", "nodestatus")
-		if err := d.Status.Reconfigure(opts); err != nil {
+		if err := d.Status.Reconfigure(d.ctx, opts); err != nil {
 			log.Error("node status writer keeps its previous settings", "err", err)
 		}
 	}
