@@ -217,7 +217,8 @@ func (d *Daemon) Run(ctx context.Context) { d.Agent.Run(ctx) }
 // Reload hands a new configuration to the loop.
 func (d *Daemon) Reload(c *policy.Config) { d.Agent.Reload(c) }
 
-// Close stops what New started, last first.
+// Close waits for what New started, last first; cancel New's ctx first (the
+// informers stop with it).
 func (d *Daemon) Close() {
 	for i := len(d.cleanups) - 1; i >= 0; i-- {
 		d.cleanups[i]()

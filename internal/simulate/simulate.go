@@ -1,12 +1,16 @@
 // Package simulate runs evictiond's whole decision path over a scenario — a
 // configuration, a node, pods and a timeline of observations — on a virtual
-// clock, and reports every decision. Its JSON output is a public interface,
+// clock, and reports every decision. The decisions are the daemon's own: the
+// scenario's node is wired into internal/daemon (the loop, the evictor with
+// its rate limits, cool-down and PDB ladder) with a fake API server. Its JSON output is a public interface,
 // documented in docs/simulate.md; change it only by adding fields.
 package simulate
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,9 +19,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -104,6 +112,10 @@ type StepResult struct {
 	Ranking         []string          `json:"ranking"`
 	Excluded        []ExcludedResult  `json:"excluded,omitempty"`
 	Eviction        *EvictionResult   `json:"eviction"`
+	// EvictionOutcome is the evictor's answer when a threshold eviction was
+	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
+	// rate_limited, ... (the evictiond_evictions_total result label).
+	EvictionOutcome string `json:"evictionOutcome,omitempty"`
 	Refused         []EvictionResult  `json:"refused,omitempty"`
 	LocalStorage    []EvictionResult  `json:"localStorageEvictions,omitempty"`
 	Waiting         string            `json:"waiting,omitempty"`
@@ -161,10 +173,6 @@ type ObsOut struct {
 
 // Epoch is the virtual clock's start.
 var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-type virtualClock struct{ now time.Time }
-
-func (c *virtualClock) Now() time.Time { return c.now }
 
 // Error is a problem with the scenario, naming where it is.
 type Error struct {
@@ -230,22 +238,46 @@ func firstLine(s string) string {
 	return s
 }
 
-// Run plays the scenario and returns every step's decisions.
+// Run plays the scenario through the daemon's own loop and evictor
+// (internal/daemon) on a virtual clock, and returns every step's decisions.
 func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
-	clock := &virtualClock{now: Epoch}
-	engine := policy.NewEngine(cfg, clock, types.UID(sc.Self))
-	layout := policy.FilesystemLayout{DedicatedImageFs: sc.Node.DedicatedImageFs, SplitContainerFs: sc.Node.SplitContainerFs}
-
-	pods := make([]*v1.Pod, 0, len(sc.Pods))
-	for i := range sc.Pods {
-		pods = append(pods, &sc.Pods[i])
+	steps, err := ParseSteps(sc)
+	if err != nil {
+		return nil, err
 	}
-	obs := policy.Observations{}
-	stats := policy.PodStatsByUID{}
+	clk := clocktesting.NewFakeClock(Epoch)
+	node := NewNode(sc, clk.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Stats: node, Reclaimer: node,
+		Recorder: &record.FakeRecorder{}, Clock: clk},
+		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	defer func() { cancel(); d.Close() }()
 	res := &Result{Steps: []StepResult{}}
-	var errs Errors
-	var last time.Duration = -1
+	for i, st := range steps {
+		clk.SetTime(Epoch.Add(st.At))
+		node.Apply(st.Input)
+		rep := d.Agent.Pass(ctx, "simulate")
+		res.Steps = append(res.Steps, stepResult(sc.Steps[i].At, rep, cfg, clk.Now()))
+	}
+	return res, nil
+}
 
+// ParsedStep is a scenario step ready to apply at its virtual time.
+type ParsedStep struct {
+	At    time.Duration
+	Input StepInput
+}
+
+// ParseSteps checks every step and converts it; the errors name the field,
+// the value and the rule.
+func ParseSteps(sc *Scenario) ([]ParsedStep, error) {
+	var errs Errors
+	var out []ParsedStep
+	var last time.Duration = -1
 	for i, step := range sc.Steps {
 		field := fmt.Sprintf("steps[%d]", i)
 		at, err := time.ParseDuration(step.At)
@@ -258,24 +290,14 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 			continue
 		}
 		last = at
-		clock.now = Epoch.Add(at)
-		now := clock.now
-
-		gone := map[string]bool{}
+		now := Epoch.Add(at)
+		in := StepInput{Gone: map[types.UID]bool{}, Observations: policy.Observations{}, PodStats: policy.PodStatsByUID{},
+			Reclaimable: map[policy.ReclaimStep]int64{}, Refused: map[types.UID]bool{}}
 		for _, uid := range step.PodsGone {
-			gone[uid] = true
+			in.Gone[types.UID(uid)] = true
 		}
-		kept := pods[:0]
-		for _, p := range pods {
-			if !gone[string(p.UID)] {
-				kept = append(kept, p)
-			} else {
-				delete(stats, p.UID)
-			}
-		}
-		pods = kept
 		for j := range step.PodsAdded {
-			pods = append(pods, &step.PodsAdded[j])
+			in.Added = append(in.Added, &step.PodsAdded[j])
 		}
 		for _, sig := range sortedKeys(step.Observations) {
 			o, err := parseObservation(field+".observations["+sig+"]", policy.Signal(sig), step.Observations[sig], now)
@@ -283,7 +305,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 				errs = append(errs, err)
 				continue
 			}
-			obs[policy.Signal(sig)] = o
+			in.Observations[policy.Signal(sig)] = o
 		}
 		for _, uid := range sortedKeys(step.PodStats) {
 			ps, err := parsePodStats(field+".podStats["+uid+"]", step.PodStats[uid], now)
@@ -291,141 +313,140 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 				errs = append(errs, err)
 				continue
 			}
-			stats[types.UID(uid)] = ps
+			in.PodStats[types.UID(uid)] = ps
 		}
-		if len(errs) > 0 {
-			continue
-		}
-
-		in := policy.Input{Observations: copyObs(obs), Pods: pods, Stats: stats, Layout: layout}
-		a := engine.Assess(in)
-		sr := StepResult{At: step.At, ThresholdsMet: []ThresholdMet{}, NodeConditions: []string{}, NodeReclaim: []ReclaimResult{}, Ranking: []string{}}
-		for _, m := range a.Met {
-			sr.ThresholdsMet = append(sr.ThresholdsMet, thresholdMet(m))
-		}
-		for _, c := range a.Conditions {
-			sr.NodeConditions = append(sr.NodeConditions, string(c))
-		}
-		sr.Observations = map[string]ObsOut{}
-		for s, o := range obs {
-			sr.Observations[string(s)] = ObsOut{Available: policy.FormatValue(s, o.Available), Capacity: policy.FormatValue(s, capacityValue(s, o)), Age: now.Sub(o.Time).String()}
-		}
-
-		refused := map[string]bool{}
-		for _, uid := range step.EvictionRefused {
-			refused[uid] = true
-		}
-
-		if len(a.LocalStorage) > 0 {
-			for i, c := range a.LocalStorage {
-				if i >= cfg.RateLimits.MaxPerPass {
-					sr.Notes = append(sr.Notes, fmt.Sprintf("%d more local-storage violations wait for the next pass (eviction.rateLimits.maxPerPass %d)", len(a.LocalStorage)-i, cfg.RateLimits.MaxPerPass))
-					break
-				}
-				sr.LocalStorage = append(sr.LocalStorage, evictionResult(c))
-				engine.Evicted(c)
-			}
-			sr.Notes = append(sr.Notes, "local-storage limit evictions take the pass; threshold evictions wait for the next one")
-		} else if a.Starved != nil {
-			s := a.Starved.Threshold.Signal
-			sig, resName := string(s), string(s.Resource())
-			sr.StarvedSignal, sr.StarvedResource = &sig, &resName
-			fresh := in.Observations
-			if a.NodeReclaim != nil {
-				fresh, sr.NodeReclaim, err = reclaim(a.NodeReclaim, step.Reclaimable, obs, layout, now, field)
+		for _, name := range sortedKeys(step.Reclaimable) {
+			f := field + ".reclaimable[" + name + "]"
+			switch s := policy.ReclaimStep(name); s {
+			case policy.ReclaimContainerGC, policy.ReclaimImageGC, policy.ReclaimPodLogs:
+				v, err := parseQuantity(f, step.Reclaimable[name])
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				if engine.ReclaimSufficient(fresh, layout) {
-					sr.Notes = append(sr.Notes, "node-level reclaim brought every threshold past its minimum reclaim: no eviction")
-					res.Steps = append(res.Steps, finish(sr, engine))
-					continue
-				}
-			}
-			sel := engine.Select(a, fresh, cfg.Escalation.MaxCandidates+len(refused))
-			sr.Waiting = sel.Waiting
-			for _, r := range sel.Ranking {
-				sr.Ranking = append(sr.Ranking, key(r.Pod))
-			}
-			for _, x := range sel.Excluded {
-				sr.Excluded = append(sr.Excluded, ExcludedResult{Pod: key(x.Pod), Reason: x.Reason})
-			}
-			tried := 0
-			for _, c := range sel.Candidates {
-				if !refused[string(c.Pod.UID)] {
-					er := evictionResult(c)
-					sr.Eviction = &er
-					engine.Evicted(c)
-					break
-				}
-				sr.Refused = append(sr.Refused, evictionResult(c))
-				tried++
-				// Escalate after maxCandidates refusals, or sooner when fewer pods are eligible.
-				if a.Starved.Threshold.Hard() && (tried >= cfg.Escalation.MaxCandidates || tried == len(sel.Candidates)) {
-					if cfg.Escalation.Delete {
-						er := evictionResult(sel.Candidates[0])
-						er.Reason = fmt.Sprintf("deleted directly: %d candidates refused by PodDisruptionBudgets under hard pressure (eviction.pdbEscalation.delete); %s", tried, er.Reason)
-						sr.Eviction = &er
-						engine.Evicted(sel.Candidates[0])
-					} else {
-						sr.Notes = append(sr.Notes, fmt.Sprintf("%d candidates refused by PodDisruptionBudgets under hard pressure; escalation stops (eviction.pdbEscalation.delete is false)", tried))
-					}
-					break
-				}
-			}
-			if sr.Eviction == nil && sel.Waiting == "" && len(sel.Candidates) == 0 {
-				sr.Notes = append(sr.Notes, "unable to evict any pods from the node: no eligible pod")
-			}
-			if sr.Eviction == nil && !a.Starved.Threshold.Hard() && len(sel.Candidates) > 0 && tried == len(sel.Candidates) {
-				sr.Notes = append(sr.Notes, fmt.Sprintf("every candidate (%d) refused by PodDisruptionBudgets under soft pressure; nothing is forced", tried))
+				in.Reclaimable[s] = v
+			default:
+				errs = append(errs, Error{f, name, "must be containerGC, imageGC or podLogs"})
 			}
 		}
-		res.Steps = append(res.Steps, finish(sr, engine))
+		for _, uid := range step.EvictionRefused {
+			in.Refused[types.UID(uid)] = true
+		}
+		out = append(out, ParsedStep{At: at, Input: in})
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return res, nil
+	return out, nil
 }
 
-func finish(sr StepResult, e *policy.Engine) StepResult {
-	sr.Pending = e.Pending()
+// stepResult is the public form of one pass's report (docs/simulate.md).
+func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) StepResult {
+	sr := StepResult{At: at, ThresholdsMet: []ThresholdMet{}, NodeConditions: []string{}, NodeReclaim: []ReclaimResult{}, Ranking: []string{},
+		Observations: map[string]ObsOut{}, Pending: rep.Pending}
+	if rep.Err != "" {
+		sr.Notes = append(sr.Notes, "pass skipped: "+rep.Err)
+		return sr
+	}
+	a := rep.Assessment
+	for _, m := range a.Met {
+		sr.ThresholdsMet = append(sr.ThresholdsMet, thresholdMet(m))
+	}
+	for _, c := range a.Conditions {
+		sr.NodeConditions = append(sr.NodeConditions, string(c))
+	}
+	for s, o := range rep.Observed.Observations {
+		sr.Observations[string(s)] = ObsOut{Available: policy.FormatValue(s, o.Available), Capacity: policy.FormatValue(s, capacityValue(s, o)), Age: now.Sub(o.Time).String()}
+	}
+	if len(a.LocalStorage) > 0 {
+		for _, ev := range rep.Evictions {
+			if ev.Victim != nil {
+				sr.LocalStorage = append(sr.LocalStorage, evictionResult(*ev.Victim))
+			} else {
+				sr.Notes = append(sr.Notes, "local-storage eviction not done: "+outcomeNote(ev, cfg))
+			}
+		}
+		if rep.Deferred > 0 {
+			sr.Notes = append(sr.Notes, fmt.Sprintf("%d more local-storage violations wait for the next pass (eviction.rateLimits.maxPerPass %d)", rep.Deferred, cfg.RateLimits.MaxPerPass))
+		}
+		sr.Notes = append(sr.Notes, "local-storage limit evictions take the pass; threshold evictions wait for the next one")
+		return sr
+	}
+	if a.Starved == nil {
+		return sr
+	}
+	s := a.Starved.Threshold.Signal
+	sig, resName := string(s), string(s.Resource())
+	sr.StarvedSignal, sr.StarvedResource = &sig, &resName
+	if r := rep.Reclaim; r != nil {
+		for _, st := range r.Steps {
+			sr.NodeReclaim = append(sr.NodeReclaim, ReclaimResult{Step: string(st.Step), Freed: policy.FormatValue(r.Signal, max(st.Freed, 0))})
+		}
+		if r.Sufficient {
+			sr.Notes = append(sr.Notes, "node-level reclaim brought every threshold past its minimum reclaim: no eviction")
+			return sr
+		}
+	}
+	sel := rep.Selection
+	if sel == nil {
+		return sr
+	}
+	sr.Waiting = sel.Waiting
+	for _, r := range sel.Ranking {
+		sr.Ranking = append(sr.Ranking, key(r.Pod))
+	}
+	for _, x := range sel.Excluded {
+		sr.Excluded = append(sr.Excluded, ExcludedResult{Pod: key(x.Pod), Reason: x.Reason})
+	}
+	if sel.Waiting == "" && len(sel.Candidates) == 0 {
+		sr.Notes = append(sr.Notes, "unable to evict any pods from the node: no eligible pod")
+	}
+	if len(rep.Evictions) == 0 {
+		return sr
+	}
+	ev := rep.Evictions[0]
+	sr.EvictionOutcome = string(ev.Outcome)
+	refused := 0
+	for _, at := range ev.Attempts {
+		if at.Outcome != agent.OutcomePDBBlocked {
+			continue
+		}
+		refused++
+		for _, c := range sel.Candidates {
+			if c.Pod.UID == at.UID {
+				sr.Refused = append(sr.Refused, evictionResult(c))
+			}
+		}
+	}
+	switch {
+	case ev.Victim != nil:
+		er := evictionResult(*ev.Victim)
+		if ev.Outcome == agent.OutcomeDeleted {
+			er.Reason = fmt.Sprintf("deleted directly: %d candidates refused by PodDisruptionBudgets under hard pressure (eviction.pdbEscalation.delete); %s", refused, er.Reason)
+		}
+		sr.Eviction = &er
+	case ev.Outcome == agent.OutcomePDBBlocked && a.Starved.Threshold.Hard():
+		sr.Notes = append(sr.Notes, fmt.Sprintf("%d candidates refused by PodDisruptionBudgets under hard pressure; escalation stops (eviction.pdbEscalation.delete is false)", refused))
+	case ev.Outcome == agent.OutcomePDBBlocked:
+		sr.Notes = append(sr.Notes, fmt.Sprintf("every candidate (%d) refused by PodDisruptionBudgets under soft pressure; nothing is forced", refused))
+	default:
+		sr.Notes = append(sr.Notes, "no eviction: "+outcomeNote(ev, cfg))
+	}
 	return sr
 }
 
-// reclaim applies the step's reclaimable amounts in the plan's order until the
-// need is met, and returns the observations after it: every byte (or inode)
-// signal on the starved signal's filesystem gains what was freed.
-func reclaim(plan *policy.NodeReclaim, reclaimable map[string]string, obs policy.Observations, layout policy.FilesystemLayout, now time.Time, field string) (policy.Observations, []ReclaimResult, error) {
-	var freed int64
-	out := []ReclaimResult{}
-	for _, step := range plan.Steps {
-		var amount int64
-		if v, ok := reclaimable[string(step)]; ok {
-			q, err := resource.ParseQuantity(v)
-			if err != nil || !policy.FitsInt64(q) || q.Sign() < 0 {
-				return nil, nil, Error{field + ".reclaimable[" + string(step) + "]", v, "must be a non-negative quantity"}
-			}
-			amount = q.Value()
-		}
-		out = append(out, ReclaimResult{Step: string(step), Freed: policy.FormatValue(plan.Signal, amount)})
-		freed += amount
-		if freed >= plan.Need {
-			break
-		}
+// outcomeNote says why the evictor took no pod down.
+func outcomeNote(ev agent.EvictResult, cfg *policy.Config) string {
+	switch ev.Outcome {
+	case agent.OutcomeCoolingDown:
+		return fmt.Sprintf("cooling down after the last eviction (eviction.rateLimits.cooldown %v)", cfg.RateLimits.Cooldown)
+	case agent.OutcomeRateLimited:
+		return fmt.Sprintf("token bucket empty (eviction.rateLimits.perMinute %v, burst %d)", cfg.RateLimits.PerMinute, cfg.RateLimits.Burst)
 	}
-	for _, s := range sameFilesystem(plan.Signal, layout) {
-		if o, ok := obs[s]; ok {
-			o.Available += freed
-			if o.Available > o.Capacity {
-				o.Available = o.Capacity
-			}
-			o.Time = now
-			obs[s] = o
-		}
+	if ev.Err != nil {
+		return fmt.Sprintf("%s: %v", ev.Outcome, ev.Err)
 	}
-	return copyObs(obs), out, nil
+	return string(ev.Outcome)
 }
 
 // sameFilesystem lists the signals of the same unit that measure the same
