@@ -198,4 +198,3 @@ func pdbRefusal(name string) error {
 		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget needs 1 healthy pods and has 1 currently"})
 	return err
 }
-

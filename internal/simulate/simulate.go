@@ -103,19 +103,19 @@ type Result struct {
 
 // StepResult is every decision of one step.
 type StepResult struct {
-	At              string            `json:"at"`
-	ThresholdsMet   []ThresholdMet    `json:"thresholdsMet"`
-	NodeConditions  []string          `json:"nodeConditions"`
-	StarvedResource *string           `json:"starvedResource"`
-	StarvedSignal   *string           `json:"starvedSignal"`
-	NodeReclaim     []ReclaimResult   `json:"nodeReclaim"`
-	Ranking         []string          `json:"ranking"`
-	Excluded        []ExcludedResult  `json:"excluded,omitempty"`
-	Eviction        *EvictionResult   `json:"eviction"`
+	At              string           `json:"at"`
+	ThresholdsMet   []ThresholdMet   `json:"thresholdsMet"`
+	NodeConditions  []string         `json:"nodeConditions"`
+	StarvedResource *string          `json:"starvedResource"`
+	StarvedSignal   *string          `json:"starvedSignal"`
+	NodeReclaim     []ReclaimResult  `json:"nodeReclaim"`
+	Ranking         []string         `json:"ranking"`
+	Excluded        []ExcludedResult `json:"excluded,omitempty"`
+	Eviction        *EvictionResult  `json:"eviction"`
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
-	EvictionOutcome string `json:"evictionOutcome,omitempty"`
+	EvictionOutcome string            `json:"evictionOutcome,omitempty"`
 	Refused         []EvictionResult  `json:"refused,omitempty"`
 	LocalStorage    []EvictionResult  `json:"localStorageEvictions,omitempty"`
 	Waiting         string            `json:"waiting,omitempty"`
