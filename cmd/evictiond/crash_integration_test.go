@@ -82,7 +82,7 @@ func (r *crashRig) setConfig(t *testing.T, hard string, extra ...string) {
 
 // agentProc is one evictiond process of a crashRig.
 type agentProc struct {
-	*daemon
+	*runningDaemon
 	cmd *exec.Cmd
 }
 
@@ -101,7 +101,7 @@ func (r *crashRig) start(t *testing.T, noWait bool) *agentProc {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	p := &agentProc{daemon: &daemon{node: r.node, url: "http://" + addr, log: logs, done: exited}, cmd: cmd}
+	p := &agentProc{runningDaemon: &runningDaemon{node: r.node, url: "http://" + addr, log: logs, done: exited}, cmd: cmd}
 	t.Cleanup(func() {
 		if !p.stopped {
 			_ = cmd.Process.Kill()
