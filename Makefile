@@ -7,6 +7,8 @@ PKGS     := ./...
 DEPS     :=
 TIERS    :=
 FUZZTIME ?= 10s
+# staticcheck, built from the Go module proxy at a pinned version (cached by the Go build cache).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build image test test-unit test-fuzz deps lint bench demo demo-simulate clean
 
@@ -54,6 +56,8 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(PKGS)
+	$(GO) vet -tags e2e $(PKGS)
+	$(STATICCHECK) -tags integration,e2e,cgroup2,bench_ramp,demo $(PKGS)
 	$(GO) vet -tags 'integration cgroup2' $(PKGS)
 
 bench:

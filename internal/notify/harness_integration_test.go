@@ -114,11 +114,10 @@ func readInt(t testing.TB, path string) int64 {
 
 // helper is the child process under test control.
 type helper struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Reader
-	errFn string
+	t   testing.TB
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
 // startHelper starts the child and moves it into every cgroup dir given

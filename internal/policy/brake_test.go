@@ -229,9 +229,9 @@ func TestBrake_NeverForSoftPSIOrStale(t *testing.T) {
 	})
 	t.Run("stale reading", func(t *testing.T) {
 		e, clk, in := brakeEngine(t, "")
-		a := rampTo(e, clk, in, 700*Mi, 2300*Mi, 100*time.Millisecond, 3)
+		rampTo(e, clk, in, 700*Mi, 2300*Mi, 100*time.Millisecond, 3)
 		clk.Step(10 * time.Millisecond)
-		a = e.Assess(in) // the same readings again
+		a := e.Assess(in) // the same readings again
 		if d := e.Brake(a); a.Starved != nil && (d.Fire || d.Resample) {
 			t.Errorf("Brake on a reading not fresh = %+v", d)
 		}

@@ -3,7 +3,6 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -330,17 +329,4 @@ func (m SignalMap) MarshalJSON() ([]byte, error) {
 		return []byte("{}"), nil
 	}
 	return json.Marshal(m.Values)
-}
-
-// keys returns the map's keys sorted, for stable error order.
-func (m *SignalMap) keys() []string {
-	if m == nil {
-		return nil
-	}
-	out := make([]string, 0, len(m.Values))
-	for k := range m.Values {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

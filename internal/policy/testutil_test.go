@@ -86,7 +86,6 @@ func withAnnotation(k, v string) podOpt {
 		p.Annotations[k] = v
 	}
 }
-func withTGPS(s int64) podOpt { return func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = &s } }
 func withCreated(at time.Time) podOpt {
 	return func(p *v1.Pod) { p.CreationTimestamp = metav1.NewTime(at) }
 }

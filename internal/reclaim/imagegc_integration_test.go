@@ -19,20 +19,6 @@ import (
 
 const padBytes = 8 << 20 // each test image carries 8 MiB of incompressible padding
 
-// imageFsAvailable reads the image filesystem's available bytes the way the Reclaimer does.
-func (e *criEnv) imageFsAvailable(r *Reclaimer) int64 {
-	e.t.Helper()
-	fs, err := r.filesystemFor(e.ctx, e.is, Request{Step: policy.ReclaimImageGC, Signal: policy.SignalImageFsAvailable})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	avail, err := fs.available()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return avail
-}
-
 func (e *criEnv) runImageGC(r *Reclaimer, need int64) Result {
 	e.t.Helper()
 	res, err := r.Run(e.ctx, Request{Step: policy.ReclaimImageGC, Signal: policy.SignalImageFsAvailable,
