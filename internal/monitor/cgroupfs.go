@@ -6,83 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
+
+	"github.com/evictiond/evictiond/internal/nodefs"
 )
-
-// unlimitedMemory is the kubelet's isMemoryUnlimited cut-off: a limit at or
-// above it means "no limit" (cgroup v1 reports 2^63 rounded down to a page).
-const unlimitedMemory = int64(1) << 62
-
-// readInt64File reads a cgroupfs or procfs file holding one integer. "max"
-// (cgroup v2's "no limit") reads as math.MaxInt64.
-func readInt64File(path string) (int64, error) {
-	buf := getBuffer()
-	defer putBuffer(buf)
-	raw, err := readSmallFile(path, *buf)
-	if err != nil {
-		return 0, err
-	}
-	s := bytes.TrimSpace(raw)
-	if string(s) == "max" {
-		return math.MaxInt64, nil
-	}
-	v, err := strconv.ParseInt(string(s), 10, 64)
-	if err != nil {
-		// cgroup v1 can report 18446744073709551615 for "unlimited" counters.
-		if u, uerr := strconv.ParseUint(string(s), 10, 64); uerr == nil && u > math.MaxInt64 {
-			return math.MaxInt64, nil
-		}
-		return 0, fmt.Errorf("reading %s: value %q is not an integer: %w", path, s, err)
-	}
-	return v, nil
-}
-
-// readStatKeys reads "key value" lines (memory.stat) and fills the values of
-// the wanted keys; a wanted key that is absent is an error naming it.
-func readStatKeys(path string, wanted map[string]*int64) error {
-	buf := getBuffer()
-	defer putBuffer(buf)
-	raw, err := readSmallFile(path, *buf)
-	if err != nil {
-		return err
-	}
-	for _, dst := range wanted {
-		*dst = -1 // memory.stat values are never negative: -1 marks "not seen"
-	}
-	found := 0
-	for len(raw) > 0 && found < len(wanted) {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		sp := bytes.IndexByte(line, ' ')
-		if sp <= 0 {
-			continue
-		}
-		dst, ok := wanted[string(line[:sp])]
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseInt(string(bytes.TrimSpace(line[sp+1:])), 10, 64)
-		if err != nil {
-			return fmt.Errorf("reading %s: key %q: %w", path, line[:sp], err)
-		}
-		*dst = v
-		found++
-	}
-	for k, dst := range wanted {
-		if *dst < 0 {
-			return fmt.Errorf("reading %s: key %q not present", path, k)
-		}
-	}
-	return nil
-}
 
 // memcgUsage is what a memory cgroup's working set is computed from.
 type memcgUsage struct {
@@ -90,13 +18,8 @@ type memcgUsage struct {
 	inactiveFile int64
 }
 
-// workingSet is cAdvisor's: usage - inactive_file, clamped at zero.
-func (u memcgUsage) workingSet() int64 {
-	if u.inactiveFile > u.usage {
-		return 0
-	}
-	return u.usage - u.inactiveFile
-}
+// workingSet is cAdvisor's (nodefs.WorkingSet).
+func (u memcgUsage) workingSet() int64 { return nodefs.WorkingSet(u.usage, u.inactiveFile) }
 
 // readMemcgUsage reads a non-root memory cgroup: v1 memory.usage_in_bytes and
 // total_inactive_file, v2 memory.current and inactive_file.
@@ -105,16 +28,16 @@ func (l *cgroupLayout) readMemcgUsage(cgroupPath string) (memcgUsage, error) {
 	var u memcgUsage
 	var err error
 	if l.version == CgroupV2 {
-		if u.usage, err = readInt64File(filepath.Join(dir, "memory.current")); err != nil {
+		if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
 			return u, err
 		}
-		err = readStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile})
+		err = nodefs.ReadStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile})
 		return u, err
 	}
-	if u.usage, err = readInt64File(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
+	if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 		return u, err
 	}
-	err = readStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile})
+	err = nodefs.ReadStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile})
 	return u, err
 }
 
@@ -127,7 +50,7 @@ func (l *cgroupLayout) readRootMemcgUsage() (memcgUsage, error) {
 	}
 	var u memcgUsage
 	var anon, file int64
-	err := readStatKeys(filepath.Join(l.mountDir, "memory.stat"), map[string]*int64{
+	err := nodefs.ReadStatKeys(filepath.Join(l.mountDir, "memory.stat"), map[string]*int64{
 		"anon": &anon, "file": &file, "inactive_file": &u.inactiveFile,
 	})
 	u.usage = anon + file
@@ -141,7 +64,7 @@ func (l *cgroupLayout) readMemoryLimit(cgroupPath string) (int64, error) {
 	if l.version == CgroupV2 {
 		name = "memory.max"
 	}
-	return readInt64File(filepath.Join(l.dir("memory", cgroupPath), name))
+	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), name))
 }
 
 // processController is the v1 controller whose hierarchy is walked to count
@@ -160,8 +83,8 @@ func (l *cgroupLayout) processDir(cgroupPath string) string {
 // lists them) in a cgroup and all its descendants: cAdvisor's ProcessCount,
 // which the kubelet ranks PID pressure by.
 func (l *cgroupLayout) countProcesses(cgroupPath string) (int64, error) {
-	buf := getBuffer()
-	defer putBuffer(buf)
+	buf := nodefs.GetBuffer()
+	defer nodefs.PutBuffer(buf)
 	n, err := countProcessesIn(l.processDir(cgroupPath), true, *buf)
 	if err != nil {
 		return 0, fmt.Errorf("counting processes of cgroup %s: %w", cgroupPath, err)
@@ -174,9 +97,9 @@ func (l *cgroupLayout) countProcesses(cgroupPath string) (int64, error) {
 // v1 and on v2) — what pid.available counts.
 func (l *cgroupLayout) countTasks(cgroupPath string) (int64, error) {
 	if l.version == CgroupV1 {
-		return readInt64File(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
+		return nodefs.ReadInt64(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
 	}
-	return readInt64File(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
+	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
 }
 
 // countProcessesIn walks a cgroup directory by hand: filepath.WalkDir's lstat
@@ -242,36 +165,3 @@ func countLines(path string, buf []byte) (int64, error) {
 	}
 	return n, nil
 }
-
-// readSmallFile reads a cgroupfs or procfs file into buf (no fstat, no
-// allocation); a file larger than buf is an error, not a truncated read.
-func readSmallFile(path string, buf []byte) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	defer f.Close()
-	n := 0
-	for {
-		if n == len(buf) {
-			return nil, fmt.Errorf("reading %s: larger than %d bytes", path, len(buf))
-		}
-		k, err := f.Read(buf[n:])
-		n += k
-		if err == io.EOF {
-			return buf[:n], nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
-		}
-		if k == 0 {
-			return buf[:n], nil
-		}
-	}
-}
-
-// 64 KiB holds any memory.stat (cgroup v2's is about 1.5 KiB, v1's 1 KiB).
-var buffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
-func getBuffer() *[]byte  { return buffers.Get().(*[]byte) }
-func putBuffer(b *[]byte) { buffers.Put(b) }

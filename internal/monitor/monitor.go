@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/procfs"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -150,12 +151,12 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.HousekeepingInterval < 0 {
 		return nil, fmt.Errorf("stats.housekeepingInterval %s: must be positive", cfg.HousekeepingInterval)
 	}
-	procDir := hostPath(cfg.HostRoot, cfg.ProcDir)
+	procDir := nodefs.HostPath(cfg.HostRoot, cfg.ProcDir)
 	proc, err := procfs.NewFS(procDir)
 	if err != nil {
 		return nil, fmt.Errorf("opening procfs at %s: %w", procDir, err)
 	}
-	layout, err := newCgroupLayout(cfg.CgroupVersion, cfg.CgroupDriver, hostPath(cfg.HostRoot, cfg.CgroupDir), cfg.CgroupRoot)
+	layout, err := newCgroupLayout(cfg.CgroupVersion, cfg.CgroupDriver, nodefs.HostPath(cfg.HostRoot, cfg.CgroupDir), cfg.CgroupRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -165,11 +166,11 @@ func New(cfg Config) (*Monitor, error) {
 		layout:  layout,
 		proc:    proc,
 		procDir: procDir,
-		nodeFs:  hostPath(cfg.HostRoot, cfg.KubeletRootDir),
-		imageFs: hostPath(cfg.HostRoot, cfg.ImageFsDir),
+		nodeFs:  nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
+		imageFs: nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
 		walker: diskWalker{
-			kubeletRootDir: hostPath(cfg.HostRoot, cfg.KubeletRootDir),
-			podLogsDir:     hostPath(cfg.HostRoot, cfg.PodLogsDir),
+			kubeletRootDir: nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
+			podLogsDir:     nodefs.HostPath(cfg.HostRoot, cfg.PodLogsDir),
 			maxEntries:     cfg.MaxWalkEntries,
 		},
 		metrics:        newMetrics(cfg.SignalReadErrors),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -48,11 +49,11 @@ type pidReading struct {
 // sysinfo(2).procs does not truncate above 65538.
 func readPIDs(procDir string) (pidReading, error) {
 	var r pidReading
-	pidMax, err := readInt64File(filepath.Join(procDir, "sys/kernel/pid_max"))
+	pidMax, err := nodefs.ReadInt64(filepath.Join(procDir, "sys/kernel/pid_max"))
 	if err != nil {
 		return r, err
 	}
-	threadsMax, err := readInt64File(filepath.Join(procDir, "sys/kernel/threads-max"))
+	threadsMax, err := nodefs.ReadInt64(filepath.Join(procDir, "sys/kernel/threads-max"))
 	if err != nil {
 		return r, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -56,7 +57,7 @@ func (m *Monitor) readAllocatableMemory(b *snapshotBuilder) {
 		b.miss(sig, err.Error(), true)
 		return
 	}
-	if limit >= unlimitedMemory {
+	if limit >= nodefs.UnlimitedMemory {
 		b.miss(sig, fmt.Sprintf("cgroup %s has no memory limit (the kubelet enforces node allocatable on pods only with enforceNodeAllocatable: [pods])", m.layout.kubepods), false)
 		return
 	}
@@ -123,7 +124,7 @@ func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
 // kubelet's root dir, and imagefs/containerfs from the filesystems the CRI
 // names (falling back to cAdvisor's view of ImageFsDir).
 func (m *Monitor) readFilesystemSignals(ctx context.Context, b *snapshotBuilder) {
-	node, err := statFilesystem(m.nodeFs)
+	node, err := nodefs.Statfs(m.nodeFs)
 	if err != nil {
 		b.miss(policy.SignalNodeFsAvailable, err.Error(), true)
 		b.miss(policy.SignalNodeFsInodesFree, err.Error(), true)
@@ -137,35 +138,32 @@ func (m *Monitor) readFilesystemSignals(ctx context.Context, b *snapshotBuilder)
 	if !ok {
 		return
 	}
-	if node.device != 0 {
-		b.s.Layout = policy.FilesystemLayout{
-			DedicatedImageFs: image.device != node.device,
-			SplitContainerFs: container.device != image.device,
-		}
+	if node.Device != 0 {
+		b.s.Layout = nodefs.Layout(node.Device, image.Device, container.Device)
 	}
 }
 
 // readRuntimeFs returns the imagefs and containerfs usage and reports their
 // signals.
-func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image, container fsUsage, ok bool) {
+func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image, container nodefs.Usage, ok bool) {
 	imageSigs := [2]policy.Signal{policy.SignalImageFsAvailable, policy.SignalImageFsInodesFree}
 	containerSigs := [2]policy.Signal{policy.SignalContainerFsAvailable, policy.SignalContainerFsInodesFree}
 	var criErr error
 	if m.cfg.Runtime != nil {
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
-		rfs, err := readRuntimeFilesystems(cctx, m.cfg.Runtime)
+		rfs, err := nodefs.ReadRuntimeFilesystems(cctx, m.cfg.Runtime)
 		cancel()
 		m.noteRuntime("ImageFsInfo", err)
 		if err == nil {
-			image, err = statFilesystem(hostPath(m.cfg.HostRoot, rfs.imageMountpoint))
+			image, err = nodefs.Statfs(nodefs.HostPath(m.cfg.HostRoot, rfs.ImageMountpoint))
 		}
 		if err == nil {
-			container, err = statFilesystem(hostPath(m.cfg.HostRoot, rfs.containerMountpoint))
+			container, err = nodefs.Statfs(nodefs.HostPath(m.cfg.HostRoot, rfs.ContainerMountpoint))
 		}
 		if err == nil {
 			at := time.Now()
-			m.addFs(b, "imagefs", rfs.imageMountpoint, image, at, SourceCRI, rfs.imageUsed, imageSigs[0], imageSigs[1])
-			m.addFs(b, "containerfs", rfs.containerMountpoint, container, at, SourceCRI, rfs.containerUsed, containerSigs[0], containerSigs[1])
+			m.addFs(b, "imagefs", rfs.ImageMountpoint, image, at, SourceCRI, rfs.ImageUsed, imageSigs[0], imageSigs[1])
+			m.addFs(b, "containerfs", rfs.ContainerMountpoint, container, at, SourceCRI, rfs.ContainerUsed, containerSigs[0], containerSigs[1])
 			return image, container, true
 		}
 		criErr = err
@@ -177,7 +175,7 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 		src = SourceCAdvisor
 		image, at, err = m.cadvisorFs(m.imageFs)
 	} else {
-		image, err = statFilesystem(m.imageFs)
+		image, err = nodefs.Statfs(m.imageFs)
 	}
 	if err != nil {
 		reason := err.Error()
@@ -198,32 +196,32 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 // cadvisorFs reads a directory's filesystem through cAdvisor, as the kubelet
 // does, with the time of cAdvisor's reading; inode counts are missing when
 // cAdvisor has none (e.g. some overlay or network filesystems).
-func (m *Monitor) cadvisorFs(dir string) (fsUsage, time.Time, error) {
+func (m *Monitor) cadvisorFs(dir string) (nodefs.Usage, time.Time, error) {
 	fi, err := m.cadvisor.dirFsInfo(dir)
 	if err != nil {
-		return fsUsage{}, time.Time{}, err
+		return nodefs.Usage{}, time.Time{}, err
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return fsUsage{}, time.Time{}, fmt.Errorf("stat %s: %w", dir, err)
+		return nodefs.Usage{}, time.Time{}, fmt.Errorf("stat %s: %w", dir, err)
 	}
-	u := fsUsage{device: st.Dev, capacity: int64(fi.Capacity), available: int64(fi.Available), inodes: -1, inodesFree: -1}
+	u := nodefs.Usage{Device: st.Dev, Capacity: int64(fi.Capacity), Available: int64(fi.Available), Inodes: -1, InodesFree: -1}
 	if fi.Inodes != nil && fi.InodesFree != nil {
-		u.inodes, u.inodesFree = int64(*fi.Inodes), int64(*fi.InodesFree)
+		u.Inodes, u.InodesFree = int64(*fi.Inodes), int64(*fi.InodesFree)
 	}
 	return u, fi.Timestamp, nil
 }
 
-func (m *Monitor) addFs(b *snapshotBuilder, role, path string, u fsUsage, at time.Time, src Source, used *int64, bytesSig, inodesSig policy.Signal) {
+func (m *Monitor) addFs(b *snapshotBuilder, role, path string, u nodefs.Usage, at time.Time, src Source, used *int64, bytesSig, inodesSig policy.Signal) {
 	b.s.Filesystems = append(b.s.Filesystems, Filesystem{
-		Role: role, Path: path, Device: fmt.Sprintf("%d:%d", unix.Major(u.device), unix.Minor(u.device)),
-		Capacity: u.capacity, Available: u.available, Inodes: u.inodes, InodesFree: u.inodesFree,
+		Role: role, Path: path, Device: fmt.Sprintf("%d:%d", unix.Major(u.Device), unix.Minor(u.Device)),
+		Capacity: u.Capacity, Available: u.Available, Inodes: u.Inodes, InodesFree: u.InodesFree,
 		UsedByRuntime: used, Source: src,
 	})
-	b.add(bytesSig, u.available, u.capacity, at, src, role+" "+path)
-	if u.inodes < 0 {
+	b.add(bytesSig, u.Available, u.Capacity, at, src, role+" "+path)
+	if u.Inodes < 0 {
 		b.miss(inodesSig, role+" "+path+": no inode counts", true)
 		return
 	}
-	b.add(inodesSig, u.inodesFree, u.inodes, at, src, role+" "+path)
+	b.add(inodesSig, u.InodesFree, u.Inodes, at, src, role+" "+path)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/testenv/vm"
 )
@@ -59,16 +60,16 @@ func v2Reader(dir string) MemoryReader {
 func readV2(dir string) (memcgSample, error) {
 	var s memcgSample
 	var err error
-	if s.Capacity, err = readInt64File(dir + "/memory.max"); err != nil {
+	if s.Capacity, err = nodefs.ReadInt64(dir + "/memory.max"); err != nil {
 		return s, err
 	}
-	if s.Usage, err = readInt64File(dir + "/memory.current"); err != nil {
+	if s.Usage, err = nodefs.ReadInt64(dir + "/memory.current"); err != nil {
 		return s, err
 	}
 	if s.InactiveFile, err = readFlatKey(dir+"/memory.stat", "inactive_file"); err != nil {
 		return s, err
 	}
-	s.Limited = s.Capacity < unlimitedMemory
+	s.Limited = s.Capacity < nodefs.UnlimitedMemory
 	return s, nil
 }
 

@@ -7,28 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/evictiond/evictiond/internal/nodefs"
 )
-
-// unlimitedMemory: a memcg limit at or above this is "no limit" (the
-// kubelet's isMemoryUnlimited uses the same cut-off).
-const unlimitedMemory = int64(1) << 62
-
-// readInt64File reads a cgroupfs file holding one integer.
-func readInt64File(path string) (int64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(data))
-	if s == "max" { // cgroup v2 spelling of no limit
-		return unlimitedMemory, nil
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parsing %s: %q is not an integer: %w", path, s, err)
-	}
-	return v, nil
-}
 
 // parseFlatKeyed parses cgroupfs "key value" lines (memory.stat,
 // memory.events). Lines that do not parse are skipped: the kernel adds keys
@@ -50,17 +31,11 @@ func parseFlatKeyed(data []byte) map[string]int64 {
 	return out
 }
 
-// readFlatKey reads one key of a flat-keyed cgroupfs file.
+// readFlatKey reads one key of a flat-keyed cgroupfs file (memory.stat).
 func readFlatKey(path, key string) (int64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	v, ok := parseFlatKeyed(data)[key]
-	if !ok {
-		return 0, fmt.Errorf("reading %s: no %q entry", path, key)
-	}
-	return v, nil
+	var v int64
+	err := nodefs.ReadStatKeys(path, map[string]*int64{key: &v})
+	return v, err
 }
 
 // parseMemTotal returns MemTotal in bytes from /proc/meminfo.
@@ -95,11 +70,7 @@ type memcgSample struct {
 
 // Available is capacity - working set, the kubelet's formula.
 func (s memcgSample) Available() int64 {
-	ws := s.Usage - s.InactiveFile
-	if ws < 0 {
-		ws = 0
-	}
-	return s.Capacity - ws
+	return s.Capacity - nodefs.WorkingSet(s.Usage, s.InactiveFile)
 }
 
 // usageThreshold is memory.usage_in_bytes at which available memory falls
@@ -118,7 +89,7 @@ func usageThreshold(s memcgSample, availableThreshold int64) int64 {
 func readMemcgV1(dir string, isRoot bool, meminfoPath string) (memcgSample, error) {
 	var s memcgSample
 	var err error
-	if s.Usage, err = readInt64File(dir + "/memory.usage_in_bytes"); err != nil {
+	if s.Usage, err = nodefs.ReadInt64(dir + "/memory.usage_in_bytes"); err != nil {
 		return s, fmt.Errorf("reading memcg usage: %w", err)
 	}
 	if s.InactiveFile, err = readFlatKey(dir+"/memory.stat", "total_inactive_file"); err != nil {
@@ -136,11 +107,11 @@ func readMemcgV1(dir string, isRoot bool, meminfoPath string) (memcgSample, erro
 		s.Capacity, s.Limited = memTotal, true
 		return s, nil
 	}
-	limit, err := readInt64File(dir + "/memory.limit_in_bytes")
+	limit, err := nodefs.ReadInt64(dir + "/memory.limit_in_bytes")
 	if err != nil {
 		return s, fmt.Errorf("reading memcg limit: %w", err)
 	}
-	s.Capacity, s.Limited = limit, limit < unlimitedMemory
+	s.Capacity, s.Limited = limit, limit < nodefs.UnlimitedMemory
 	return s, nil
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -105,7 +106,7 @@ func writeFile(t testing.TB, path, content string) {
 
 func readInt(t testing.TB, path string) int64 {
 	t.Helper()
-	v, err := readInt64File(path)
+	v, err := nodefs.ReadInt64(path)
 	if err != nil {
 		t.Fatal(err)
 	}

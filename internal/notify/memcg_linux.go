@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/evictiond/evictiond/internal/nodefs"
 )
 
 // memcgArm is one armed cgroup v1 usage threshold.
@@ -182,7 +184,7 @@ func (k *kernelNotifiers) onMemcgEvent(arm *memcgArm, events uint32) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// The kernel fires in both directions; remember which side usage is on.
-	if usage, err := readInt64File(arm.dir + "/memory.usage_in_bytes"); err == nil {
+	if usage, err := nodefs.ReadInt64(arm.dir + "/memory.usage_in_bytes"); err == nil {
 		arm.above = usage >= arm.usageThreshold
 	}
 }

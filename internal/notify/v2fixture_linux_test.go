@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -157,11 +158,11 @@ func TestCgroupV2FixtureTree_MemoryEventsWakeOnHighMaxOOMButNotLow(t *testing.T)
 func TestCgroupV2FixtureTree_ThresholdsArePolledWithoutMemcgEvents(t *testing.T) {
 	root, kubepods := v2FixtureTree(t)
 	read := func() (policy.Observations, error) {
-		limit, err := readInt64File(filepath.Join(kubepods, "memory.max"))
+		limit, err := nodefs.ReadInt64(filepath.Join(kubepods, "memory.max"))
 		if err != nil {
 			return nil, err
 		}
-		usage, err := readInt64File(filepath.Join(kubepods, "memory.current"))
+		usage, err := nodefs.ReadInt64(filepath.Join(kubepods, "memory.current"))
 		if err != nil {
 			return nil, err
 		}

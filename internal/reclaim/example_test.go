@@ -28,13 +28,6 @@ func Example() {
 	// Keep last-used times current, in its own goroutine (a few milliseconds every 10s).
 	go r.RunImageTracker(ctx, 0)
 
-	// Once at start (and again after an error): policy orders the steps by this layout.
-	layout, err := r.DetectLayout(ctx)
-	if err != nil {
-		return
-	}
-	_ = layout // handed to policy
-
 	// Under disk pressure, policy's plan for the starved signal, e.g. on a single filesystem:
 	plan := policy.NodeReclaim{Signal: policy.SignalImageFsAvailable, Need: 2 << 30,
 		Steps: []policy.ReclaimStep{policy.ReclaimContainerGC, policy.ReclaimPodLogs, policy.ReclaimImageGC}}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -27,16 +28,24 @@ func TestReadyFollowsTheRuntime(t *testing.T) {
 
 // The test containerd keeps its root on a tmpfs while "nodefs" is a directory on the machine's
 // disk: a dedicated imagefs, with writable layers on it too (containerd 1.6 reports no
-// separate container filesystem).
-func TestDetectLayoutSeesADedicatedImagefs(t *testing.T) {
+// separate container filesystem). The layout is read as the monitor reads it (nodefs).
+func TestRuntimeFilesystemsShowADedicatedImagefs(t *testing.T) {
 	e := newCRIEnv(t, 64<<20)
 	r := e.newReclaimer(nil)
-	layout, err := r.DetectLayout(e.ctx)
+	mounts, err := nodefs.ReadRuntimeFilesystems(e.ctx, e.is)
 	if err != nil {
-		t.Fatalf("DetectLayout: %v", err)
+		t.Fatal(err)
 	}
-	if want := (policy.FilesystemLayout{DedicatedImageFs: true}); layout != want {
-		t.Errorf("layout = %+v, want %+v", layout, want)
+	var devs [3]uint64
+	for i, p := range []string{r.opts.NodeFsPath, mounts.ImageMountpoint, mounts.ContainerMountpoint} {
+		u, err := nodefs.Statfs(r.hostPath(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs[i] = u.Device
+	}
+	if got, want := nodefs.Layout(devs[0], devs[1], devs[2]), (policy.FilesystemLayout{DedicatedImageFs: true}); got != want {
+		t.Errorf("layout = %+v, want %+v", got, want)
 	}
 }
 
