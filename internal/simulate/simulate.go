@@ -49,7 +49,7 @@ type NodeSpec struct {
 // Step is one pass of the loop at a virtual time.
 type Step struct {
 	// At is the virtual time since the start ("0s", "1m30s").
-	At string `json:"at"`
+	At Value `json:"at"`
 	// Observations replace the previous readings of the signals they name;
 	// signals not named keep their earlier reading and its time.
 	Observations map[string]ObservationIn `json:"observations,omitempty"`
@@ -61,7 +61,7 @@ type Step struct {
 	PodsAdded []v1.Pod `json:"podsAdded,omitempty"`
 	// Reclaimable is what each node-level reclaim step would free in this
 	// step (containerGC, imageGC, podLogs), in the starved signal's unit.
-	Reclaimable map[string]string `json:"reclaimable,omitempty"`
+	Reclaimable map[string]Value `json:"reclaimable,omitempty"`
 	// EvictionRefused are UIDs whose eviction the API server refuses in this
 	// step (a PodDisruptionBudget's 429): the next candidate is tried.
 	EvictionRefused []string `json:"evictionRefused,omitempty"`
@@ -70,28 +70,44 @@ type Step struct {
 // ObservationIn is a signal reading. For PSI signals give Stall (a
 // percentage) instead of Available and Capacity.
 type ObservationIn struct {
-	Available string `json:"available,omitempty"`
-	Capacity  string `json:"capacity,omitempty"`
-	Stall     string `json:"stall,omitempty"`
+	Available Value `json:"available,omitempty"`
+	Capacity  Value `json:"capacity,omitempty"`
+	Stall     Value `json:"stall,omitempty"`
 	// Age is how old the reading is at this step (default 0s: read now).
-	Age string `json:"age,omitempty"`
+	Age Value `json:"age,omitempty"`
+}
+
+// Value is a quantity, percentage or duration as the scenario writes it: a
+// YAML string ("500Mi") or number (500, 2147483648), as the configuration
+// accepts them. Anything else is kept as its JSON text, for the check that
+// reads it to name.
+type Value string
+
+// UnmarshalJSON keeps a string as is and any other JSON value as its text.
+func (v *Value) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		s = string(b)
+	}
+	*v = Value(s)
+	return nil
 }
 
 // PodStatsIn is a pod's usage.
 type PodStatsIn struct {
-	MemoryWorkingSet string                      `json:"memoryWorkingSet,omitempty"`
+	MemoryWorkingSet Value                       `json:"memoryWorkingSet,omitempty"`
 	Processes        *int64                      `json:"processes,omitempty"`
 	Containers       map[string]ContainerStatsIn `json:"containers,omitempty"`
-	Volumes          map[string]string           `json:"volumes,omitempty"`
+	Volumes          map[string]Value            `json:"volumes,omitempty"`
 	VolumeInodes     map[string]int64            `json:"volumeInodes,omitempty"`
-	EphemeralStorage string                      `json:"ephemeralStorage,omitempty"`
+	EphemeralStorage Value                       `json:"ephemeralStorage,omitempty"`
 }
 
 // ContainerStatsIn is a container's usage.
 type ContainerStatsIn struct {
-	MemoryWorkingSet string `json:"memoryWorkingSet,omitempty"`
-	Rootfs           string `json:"rootfs,omitempty"`
-	Logs             string `json:"logs,omitempty"`
+	MemoryWorkingSet Value  `json:"memoryWorkingSet,omitempty"`
+	Rootfs           Value  `json:"rootfs,omitempty"`
+	Logs             Value  `json:"logs,omitempty"`
 	RootfsInodes     *int64 `json:"rootfsInodes,omitempty"`
 	LogsInodes       *int64 `json:"logsInodes,omitempty"`
 }
@@ -261,7 +277,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 		clk.SetTime(Epoch.Add(st.At))
 		node.Apply(st.Input)
 		rep := d.Agent.Pass(ctx, "simulate")
-		res.Steps = append(res.Steps, stepResult(sc.Steps[i].At, rep, cfg, clk.Now()))
+		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, clk.Now()))
 	}
 	return res, nil
 }
@@ -280,13 +296,13 @@ func ParseSteps(sc *Scenario) ([]ParsedStep, error) {
 	var last time.Duration = -1
 	for i, step := range sc.Steps {
 		field := fmt.Sprintf("steps[%d]", i)
-		at, err := time.ParseDuration(step.At)
+		at, err := time.ParseDuration(string(step.At))
 		if err != nil {
-			errs = append(errs, Error{field + ".at", step.At, "must be a duration like 0s or 1m30s"})
+			errs = append(errs, Error{field + ".at", string(step.At), "must be a duration like 0s or 1m30s"})
 			continue
 		}
 		if at < last {
-			errs = append(errs, Error{field + ".at", step.At, "steps must be in time order"})
+			errs = append(errs, Error{field + ".at", string(step.At), "steps must be in time order"})
 			continue
 		}
 		last = at
@@ -319,7 +335,7 @@ func ParseSteps(sc *Scenario) ([]ParsedStep, error) {
 			f := field + ".reclaimable[" + name + "]"
 			switch s := policy.ReclaimStep(name); s {
 			case policy.ReclaimContainerGC, policy.ReclaimImageGC, policy.ReclaimPodLogs:
-				v, err := parseQuantity(f, step.Reclaimable[name])
+				v, err := parseQuantity(f, string(step.Reclaimable[name]))
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -563,39 +579,39 @@ func parseObservation(field string, s policy.Signal, in ObservationIn, now time.
 	}
 	o := policy.Observation{Time: now}
 	if in.Age != "" {
-		age, err := time.ParseDuration(in.Age)
+		age, err := time.ParseDuration(string(in.Age))
 		if err != nil || age < 0 {
-			return o, Error{field + ".age", in.Age, "must be a non-negative duration"}
+			return o, Error{field + ".age", string(in.Age), "must be a non-negative duration"}
 		}
 		o.Time = now.Add(-age)
 	}
 	if s.IsPSI() {
-		pct, err := strconv.ParseFloat(strings.TrimSuffix(in.Stall, "%"), 64)
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(string(in.Stall), "%"), 64)
 		if err != nil || pct < 0 || pct > 100 {
-			return o, Error{field + ".stall", in.Stall, "a pressure stall signal takes stall: a percentage from 0 to 100"}
+			return o, Error{field + ".stall", string(in.Stall), "a pressure stall signal takes stall: a percentage from 0 to 100"}
 		}
 		o.Capacity = policy.PSIScale
 		o.Available = policy.PSIScale - int64(pct*100+0.5)
 		return o, nil
 	}
 	var err error
-	if o.Available, err = parseQuantity(field+".available", in.Available); err != nil {
+	if o.Available, err = parseQuantity(field+".available", string(in.Available)); err != nil {
 		return o, err
 	}
-	if o.Capacity, err = parseQuantity(field+".capacity", in.Capacity); err != nil {
+	if o.Capacity, err = parseQuantity(field+".capacity", string(in.Capacity)); err != nil {
 		return o, err
 	}
 	if o.Available > o.Capacity {
-		return o, Error{field + ".available", in.Available, "must not exceed capacity " + in.Capacity}
+		return o, Error{field + ".available", string(in.Available), "must not exceed capacity " + string(in.Capacity)}
 	}
 	return o, nil
 }
 
-func optQuantity(field, v string) (*int64, error) {
+func optQuantity(field string, v Value) (*int64, error) {
 	if v == "" {
 		return nil, nil
 	}
-	n, err := parseQuantity(field, v)
+	n, err := parseQuantity(field, string(v))
 	if err != nil {
 		return nil, err
 	}

@@ -202,3 +202,37 @@ steps:
 		t.Fatalf("notes %q", s.Notes)
 	}
 }
+
+// Quantities may be YAML numbers, as in the configuration; a value of the
+// wrong kind is named with its field and the rule.
+func TestDecode_QuantitiesAsNumbersAndWrongValuesNamed(t *testing.T) {
+	res := runScenario(t, `
+config:
+  evictionHard: {pid.available: 100}
+node: {name: node-1}
+pods:
+  - metadata: {name: a, namespace: x, uid: a}
+    spec: {containers: [{name: c}]}
+steps:
+  - at: 0
+    observations: {pid.available: {available: 50, capacity: 4096}}
+    podStats: {a: {memoryWorkingSet: 2147483648, processes: 40, containers: {c: {logs: 0, rootfs: 1024}}}}
+`)
+	if e := res.Steps[0].Eviction; e == nil || e.Pod != "x/a" {
+		t.Fatalf("eviction %+v; want x/a evicted for pid.available 50 < 100", e)
+	}
+	sc, cfg, err := Decode([]byte(`
+node: {name: node-1}
+steps:
+  - at: 0s
+    observations: {memory.available: {available: {gi: 1}, capacity: 8Gi}}
+`))
+	if err != nil {
+		t.Fatalf("decoding: %v", err)
+	}
+	_, err = Run(sc, cfg)
+	want := `steps[0].observations[memory.available].available: "{\"gi\":1}": must be a quantity like 500Mi`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+}
