@@ -3,13 +3,19 @@
 // the node status writer (pressure conditions, evictiond's taints, Events).
 //
 // The vocabulary:
-//   - NodeInformers: Pod and Node caches holding only this node's objects.
-//   - Evictor: evicts one ranked Candidate per call (Eviction API, UID precondition),
-//     walks the escalation ladder on PDB refusals, waits for the victim to be gone and
-//     credits its expected reclaim (PendingReclaim) meanwhile.
+//   - NodeInformers: Pod and Node caches holding only this node's objects; the loop's
+//     agent.Pods.
+//   - Evictor: the loop's agent.Evictor. Evicts at most one ranked Candidate per call
+//     (Eviction API, UID precondition), walks the escalation ladder on PDB refusals,
+//     applies the token bucket and the cool-down, and returns at once: the policy engine
+//     waits for the victim to be gone and credits its expected reclaim meanwhile.
 //   - LocalPodStopper: the CRI escape hatch used while the API server is unreachable.
-//   - NodeStatus: owns the pressure condition entries and taints evictiond writes, and
-//     writes only when they differ from what it wants.
+//   - NodeStatus: the loop's agent.NodeStatus. Owns the condition entries and taints
+//     evictiond writes, and writes only when they differ from what it wants.
+//   - Reachability: whether the API server answered recently, from the requests the
+//     agent makes anyway (for /readyz and the reporting of local stops).
+//
+// internal/daemon connects them to the loop; docs/architecture.md draws the map.
 package kube
 
 import (
