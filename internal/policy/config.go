@@ -392,7 +392,31 @@ func (c *compiler) signalMap(field string, m *SignalMap, thresholds bool) map[st
 func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	c := &compiler{}
 	cfg := &Config{}
+	maps := c.thresholds(raw, cfg)
+	c.general(raw, cfg)
+	c.loopAndStats(raw, cfg)
+	cfg.Notifier = c.notifier(raw.Notifier)
+	c.eviction(raw.Eviction, cfg)
+	cfg.Exclusions = c.exclusions(raw.Exclusions)
+	cfg.NodeStatus = c.nodeStatus(raw.NodeStatus)
+	cfg.Reclaim = c.reclaim(raw.Reclaim)
+	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
+	cfg.DryRun = raw.DryRun
 
+	if len(c.errs) > 0 {
+		return nil, c.errs
+	}
+	cfg.Normalized = normalize(raw, cfg, maps.hard, maps.soft, maps.grace, maps.minReclaim)
+	return cfg, nil
+}
+
+// signalMaps are the threshold sections as given (hard with the kubelet's
+// defaults applied), for the normalized form.
+type signalMaps struct{ hard, soft, grace, minReclaim map[string]string }
+
+// thresholds compiles evictionHard, evictionSoft, their grace periods and
+// minimum reclaims, and enforceNodeAllocatable, into cfg.Thresholds.
+func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps {
 	hard := c.signalMap("evictionHard", raw.EvictionHard, true)
 	soft := c.signalMap("evictionSoft", raw.EvictionSoft, true)
 	grace := c.signalMap("evictionSoftGracePeriod", raw.EvictionSoftGracePeriod, false)
@@ -509,6 +533,11 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	}
 	sortThresholds(cfg.Thresholds)
 
+	return signalMaps{hard, soft, grace, minReclaim}
+}
+
+// general compiles the kubelet's top-level settings besides the thresholds.
+func (c *compiler) general(raw EvictionConfiguration, cfg *Config) {
 	cfg.PressureTransitionPeriod = c.duration("evictionPressureTransitionPeriod", raw.EvictionPressureTransitionPeriod, DefaultPressureTransitionPeriod, 0, 0)
 	if cfg.PressureTransitionPeriod == 0 {
 		cfg.PressureTransitionPeriod = DefaultPressureTransitionPeriod // as the kubelet's defaulting does
@@ -518,7 +547,10 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	}
 	cfg.MaxPodGracePeriodSeconds = int64(raw.EvictionMaxPodGracePeriod)
 	cfg.LocalStorageCapacityIsolation = boolOr(raw.LocalStorageCapacityIsolation, true)
+}
 
+// loopAndStats compiles the loop and stats sections.
+func (c *compiler) loopAndStats(raw EvictionConfiguration, cfg *Config) {
 	cfg.LoopInterval = c.duration("loop.interval", raw.Loop.Interval, DefaultLoopInterval, 10*time.Millisecond, time.Minute)
 	cfg.PodCleanupTimeout = c.duration("loop.podCleanupTimeout", raw.Loop.PodCleanupTimeout, DefaultPodCleanupTimeout, time.Second, 10*time.Minute)
 
@@ -531,9 +563,11 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	default:
 		c.fail("stats.memoryFormula", "", cfg.MemoryFormula, "must be workingSet or memAvailable")
 	}
+}
 
-	n := raw.Notifier
-	cfg.Notifier = NotifierConfig{
+// notifier compiles the notifier section (the kernel fast path).
+func (c *compiler) notifier(n NotifierSettings) NotifierConfig {
+	out := NotifierConfig{
 		MemcgThresholds: boolOr(n.MemcgThresholds, true),
 		MemoryEvents:    boolOr(n.MemoryEvents, true),
 		PSIEnabled:      boolOr(n.PSI.Enabled, true),
@@ -542,18 +576,22 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 		PSIWindow:       c.duration("notifier.psi.window", n.PSI.Window, 2*time.Second, 500*time.Millisecond, 10*time.Second),
 		PollInterval:    c.duration("notifier.pollInterval", n.PollInterval, DefaultPollInterval, 10*time.Millisecond, 10*time.Second),
 	}
-	switch cfg.Notifier.PSIType {
+	switch out.PSIType {
 	case "":
-		cfg.Notifier.PSIType = "some"
+		out.PSIType = "some"
 	case "some", "full":
 	default:
 		c.fail("notifier.psi.type", "", n.PSI.Type, "must be some or full")
 	}
-	if cfg.Notifier.PSIStall > cfg.Notifier.PSIWindow {
-		c.fail("notifier.psi.stall", "", n.PSI.Stall, "must not exceed notifier.psi.window ("+cfg.Notifier.PSIWindow.String()+")")
+	if out.PSIStall > out.PSIWindow {
+		c.fail("notifier.psi.stall", "", n.PSI.Stall, "must not exceed notifier.psi.window ("+out.PSIWindow.String()+")")
 	}
+	return out
+}
 
-	e := raw.Eviction
+// eviction compiles the eviction section: the PDB ladder, rate limits, and the
+// local stop while the API server is unreachable.
+func (c *compiler) eviction(e EvictionSettings, cfg *Config) {
 	cfg.Escalation = EscalationConfig{MaxCandidates: e.PDBEscalation.MaxCandidates, Delete: boolOr(e.PDBEscalation.Delete, true)}
 	if cfg.Escalation.MaxCandidates == 0 {
 		cfg.Escalation.MaxCandidates = 3
@@ -586,27 +624,32 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	}
 	cfg.APIUnreachable = APIUnreachableConfig{CRIStop: e.APIUnreachable.CRIStop,
 		After: c.duration("eviction.apiUnreachable.after", e.APIUnreachable.After, 10*time.Second, time.Second, time.Hour)}
+}
 
-	x := raw.Exclusions
-	cfg.Exclusions = ExclusionConfig{Namespaces: map[string]bool{}, DaemonSetPods: boolOr(x.DaemonSetPods, true),
+// exclusions compiles the exclusions section.
+func (c *compiler) exclusions(x ExclusionSettings) ExclusionConfig {
+	out := ExclusionConfig{Namespaces: map[string]bool{}, DaemonSetPods: boolOr(x.DaemonSetPods, true),
 		MinPodAge: c.duration("exclusions.minPodAge", x.MinPodAge, 0, 0, 0)}
 	for _, ns := range x.Namespaces {
 		if ns == "" {
 			c.fail("exclusions.namespaces", "", ns, "must be a namespace name")
 		}
-		cfg.Exclusions.Namespaces[ns] = true
+		out.Namespaces[ns] = true
 	}
 	if x.PodSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(x.PodSelector)
 		if err != nil {
 			c.fail("exclusions.podSelector", "", string(mustJSON(x.PodSelector)), "must be a valid label selector: "+err.Error())
 		} else {
-			cfg.Exclusions.PodSelector = sel
+			out.PodSelector = sel
 		}
 	}
+	return out
+}
 
-	ns := raw.NodeStatus
-	cfg.NodeStatus = NodeStatusConfig{Conditions: c.conditionsMode(ns.Conditions),
+// nodeStatus compiles the nodeStatus section.
+func (c *compiler) nodeStatus(ns NodeStatusSettings) NodeStatusConfig {
+	out := NodeStatusConfig{Conditions: c.conditionsMode(ns.Conditions),
 		ReassertInterval: c.duration("nodeStatus.reassertInterval", ns.ReassertInterval, time.Second, 100*time.Millisecond, time.Minute),
 		Taints:           map[v1.NodeConditionType]v1.TaintEffect{}}
 	if boolOr(ns.Taints.Enabled, true) {
@@ -626,36 +669,32 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 			}
 			switch effect {
 			case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule:
-				cfg.NodeStatus.Taints[te.cond] = effect
+				out.Taints[te.cond] = effect
 			case "":
 			default:
 				c.fail(te.field, "", string(effect), `must be NoSchedule, PreferNoSchedule or "" (no taint)`)
 			}
 		}
 	}
+	return out
+}
 
-	r := raw.Reclaim
-	cfg.Reclaim = ReclaimConfig{CRIEndpoint: r.CRIEndpoint, ContainerGC: boolOr(r.ContainerGC, true), PodLogs: boolOr(r.PodLogs, true),
+// reclaim compiles the reclaim section (node-level reclaim through the CRI).
+func (c *compiler) reclaim(r ReclaimSettings) ReclaimConfig {
+	out := ReclaimConfig{CRIEndpoint: r.CRIEndpoint, ContainerGC: boolOr(r.ContainerGC, true), PodLogs: boolOr(r.PodLogs, true),
 		ImageGC: boolOr(r.ImageGC.Enabled, true), ImageMinAge: c.duration("reclaim.imageGC.minAge", r.ImageGC.MinAge, 2*time.Minute, 0, 0),
 		PinnedImages: r.ImageGC.PinnedImages, ImageStateFile: r.ImageGC.StateFile}
-	if cfg.Reclaim.CRIEndpoint == "" {
-		cfg.Reclaim.CRIEndpoint = DefaultCRIEndpoint
-	} else if !strings.HasPrefix(cfg.Reclaim.CRIEndpoint, "unix://") {
+	if out.CRIEndpoint == "" {
+		out.CRIEndpoint = DefaultCRIEndpoint
+	} else if !strings.HasPrefix(out.CRIEndpoint, "unix://") {
 		c.fail("reclaim.criEndpoint", "", r.CRIEndpoint, "must be a unix:// socket address")
 	}
-	if cfg.Reclaim.ImageStateFile == "" {
-		cfg.Reclaim.ImageStateFile = DefaultImageStateFile
-	} else if !strings.HasPrefix(cfg.Reclaim.ImageStateFile, "/") {
+	if out.ImageStateFile == "" {
+		out.ImageStateFile = DefaultImageStateFile
+	} else if !strings.HasPrefix(out.ImageStateFile, "/") {
 		c.fail("reclaim.imageGC.stateFile", "", r.ImageGC.StateFile, "must be an absolute path")
 	}
-	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
-	cfg.DryRun = raw.DryRun
-
-	if len(c.errs) > 0 {
-		return nil, c.errs
-	}
-	cfg.Normalized = normalize(raw, cfg, hard, soft, grace, minReclaim)
-	return cfg, nil
+	return out
 }
 
 // addAllocatableThresholds copies every hard memory.available threshold into
