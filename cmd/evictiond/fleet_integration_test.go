@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
-	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -91,6 +91,10 @@ type requestCounter struct {
 	throttled int // HTTP 429 answers (client-go retries them)
 	failed    int // transport errors and 5xx
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func newRequestCounter() *requestCounter { return &requestCounter{counts: map[string]int{}} }
 
@@ -189,8 +193,9 @@ func (s fleetStats) ObserveUsage(_ context.Context, pods []*corev1.Pod, obs *age
 	}
 }
 
-// startFleetAgent wires one agent the way runDaemon does, minus what reads
-// the machine (monitor, fast path, reclaim) and the HTTP endpoints.
+// startFleetAgent builds one agent with the daemon's own wiring
+// (internal/daemon), minus what reads the machine (monitor, fast path,
+// reclaim) and the HTTP endpoints.
 func startFleetAgent(ctx context.Context, node string, self types.UID, base *rest.Config, cfg *policy.Config,
 	counter *requestCounter, stats agent.Stats, log *slog.Logger) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -202,8 +207,8 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 		}
 	}
 	restCfg := rest.CopyConfig(base)
-	reach := &reachability{}
-	restCfg.Wrap(reach.wrap)
+	reach := &kube.Reachability{}
+	restCfg.Wrap(reach.Wrap)
 	restCfg.Wrap(counter.wrap)
 	restCfg.UserAgent = "evictiond"
 	setClientLimits(restCfg)
@@ -215,33 +220,14 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 	if err != nil {
 		return stop, err
 	}
-	inf, err := kube.NewNodeInformers(client, node, 0)
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: stats, APIReachable: reach.Reachable},
+		daemon.Options{NodeName: node, SelfUID: self, NodeStatus: true, Logger: log})
 	if err != nil {
-		return stop, err
+		return stop, fmt.Errorf("node %s: %w", node, err)
 	}
-	if err := inf.Start(ctx); err != nil {
-		return stop, fmt.Errorf("node %s informers: %w", node, err)
-	}
-	cleanups = append(cleanups, inf.Shutdown)
-	recorder, stopRecorder := kube.NewEventRecorder(ctx, client, node)
-	cleanups = append(cleanups, stopRecorder)
-	f := &runFlags{nodeName: node, selfUID: string(self)}
-	status, err := startNodeStatus(ctx, client, inf, recorder, nodeStatusOptions(cfg, f, log))
-	if err != nil {
-		return stop, err
-	}
-	sink := &statusSink{s: status}
-	cleanups = append(cleanups, func() { sink.s.stop() })
-	sink.update(cfg)
-	evictor, err := kube.NewEvictor(client, inf.Pods, recorder, evictorOptions(cfg, f, nil, log))
-	if err != nil {
-		return stop, err
-	}
-	a := agent.New(cfg, agent.Deps{Stats: stats, Pods: informerPods{inf}, Status: sink,
-		Evictor: &kubeEvictor{e: evictor, apiReachable: reach.reachable}, Recorder: recorder, Metrics: metrics.New()},
-		agent.Options{NodeName: node, SelfUID: self, Logger: log})
+	cleanups = append(cleanups, d.Close)
 	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
+	go func() { d.Run(ctx); close(done) }()
 	cleanups = append(cleanups, func() { <-done })
 	return stop, nil
 }
