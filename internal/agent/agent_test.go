@@ -284,3 +284,38 @@ func TestPass_ThresholdMetEventOncePerEpisodeNotPerCrossing(t *testing.T) {
 		t.Fatalf("EvictionThresholdMet Events for a new episode after the release: %d, want 1", n)
 	}
 }
+
+func TestPass_AVictimHeldBackByTheEvictorIsNotAwaited(t *testing.T) {
+	a, clock, stats, ev, _, _ := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\n")
+	ev.outcome = OutcomeCoolingDown
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
+	rep := a.Pass(context.Background(), "test")
+	if len(rep.Evictions) != 1 || rep.Evictions[0].Outcome != OutcomeCoolingDown || len(rep.Pending) != 0 {
+		t.Fatalf("evictions %+v pending %v; want one cooling_down answer and nothing pending", rep.Evictions, rep.Pending)
+	}
+	ev.outcome = OutcomeEvicted
+	clock.now = clock.now.Add(time.Second)
+	rep = a.Pass(context.Background(), "test")
+	if len(ev.calls) != 2 || len(rep.Pending) != 1 || rep.Pending[0] != "ns/hog" {
+		t.Fatalf("calls %d pending %v; want a second try and ns/hog awaited", len(ev.calls), rep.Pending)
+	}
+}
+
+func TestPass_LocalStorageViolatorsUpToMaxPerPass(t *testing.T) {
+	a, _, stats, ev, _, _ := newTestAgent(t, "evictionHard: {nodefs.available: 10%}\neviction: {rateLimits: {maxPerPass: 1}}\n")
+	stats.obs = policy.Observations{policy.SignalNodeFsAvailable: {Available: 50 << 30, Capacity: 100 << 30}}
+	var pods []*v1.Pod
+	for _, name := range []string{"a", "b"} {
+		p := pod(name, "")
+		p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: ptrQuantity("1Gi")}}}}
+		pods = append(pods, p)
+		stats.pods[p.UID] = policy.PodStats{Volumes: map[string]policy.VolumeStats{"v": {UsedBytes: i64(2 << 30)}}}
+	}
+	a.pods = &fakePods{pods: pods}
+	rep := a.Pass(context.Background(), "test")
+	if len(ev.calls) != 1 || len(rep.Evictions) != 1 || rep.Deferred != 1 {
+		t.Fatalf("evictor calls %d, evictions %d, deferred %d; want one evicted and one deferred (maxPerPass 1)", len(ev.calls), len(rep.Evictions), rep.Deferred)
+	}
+}
+
+func ptrQuantity(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
