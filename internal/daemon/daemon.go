@@ -83,14 +83,15 @@ type Daemon struct {
 
 	deps     Deps
 	opts     Options
-	ctx      context.Context // New's: the parts' lifetime
-	cfg      *policy.Config  // the configuration in force
+	ctx      context.Context // the parts' lifetime: New's, ended by Close
+	cancel   context.CancelFunc
+	cfg      *policy.Config // the configuration in force
 	started  *policy.Config
 	cleanups []func()
 }
 
 // New builds the daemon for cfg. Its goroutines (informers, Events, node
-// status) run until ctx ends; Close waits for them. Starting the informers
+// status) run until ctx ends or Close; Close waits for them. Starting the informers
 // waits for their first sync with the API server.
 func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *Daemon, err error) {
 	if opts.NodeName == "" {
@@ -114,7 +115,8 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New()
 	}
-	d = &Daemon{ctx: ctx, deps: deps, opts: opts, cfg: cfg, started: cfg}
+	ctx, cancel := context.WithCancel(ctx)
+	d = &Daemon{ctx: ctx, cancel: cancel, deps: deps, opts: opts, cfg: cfg, started: cfg}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -217,9 +219,10 @@ func (d *Daemon) Run(ctx context.Context) { d.Agent.Run(ctx) }
 // Reload hands a new configuration to the loop.
 func (d *Daemon) Reload(c *policy.Config) { d.Agent.Reload(c) }
 
-// Close waits for what New started, last first; cancel New's ctx first (the
-// informers stop with it).
+// Close stops what New started (its goroutines end with their context) and
+// waits for them, last first.
 func (d *Daemon) Close() {
+	d.cancel()
 	for i := len(d.cleanups) - 1; i >= 0; i-- {
 		d.cleanups[i]()
 	}
