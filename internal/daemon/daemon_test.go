@@ -15,7 +15,7 @@ import (
 
 type noStats struct{}
 
-func (noStats) Observe(context.Context, []*v1.Pod) agent.Observed { return agent.Observed{} }
+func (noStats) Observe(context.Context, []*v1.Pod) agent.Observed        { return agent.Observed{} }
 func (noStats) ObserveUsage(context.Context, []*v1.Pod, *agent.Observed) {}
 
 // An evictor New cannot build (the local stop without a CRI client) fails New
