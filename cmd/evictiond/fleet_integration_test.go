@@ -235,10 +235,10 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 // nodeWatch records, from a watch on every fleet node, when each first shows
 // evictiond's condition and taint and when each owns nothing again.
 type nodeWatch struct {
-	mu               sync.Mutex
-	from             time.Time
-	shown, released  map[string]time.Time
-	wantShown, armed bool
+	mu              sync.Mutex
+	from            time.Time
+	shown, released map[string]time.Time
+	armed           bool
 }
 
 func (w *nodeWatch) arm(from time.Time) {
