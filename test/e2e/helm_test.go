@@ -22,7 +22,8 @@ import (
 // `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM). Then the
 // memory episode of scenario 1 and the disk episode of scenario 3 run against it unchanged;
 // afterwards every panel of the Grafana dashboard (charts/evictiond/files/dashboard.json) shows
-// data in a real Prometheus that discovered the agent by its pod annotations; finally `helm
+// data in a real Prometheus that discovered the agent by its pod annotations; `helm upgrade
+// --reuse-values --set dryRun=true` rolls the pod to one running --dry-run; finally `helm
 // uninstall` removes the DaemonSet and its ConfigMap.
 func TestHelmInstall(t *testing.T) {
 	helm := os.Getenv("EVICTIOND_HELM")
@@ -50,6 +51,36 @@ func TestHelmInstall(t *testing.T) {
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
 	t.Run("DashboardPanelsHaveData", func(t *testing.T) { testDashboardPanelsHaveData(t, c) })
+	t.Run("UpgradeToDryRun", func(t *testing.T) {
+		before, err := c.EvictiondPod(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.Helm(ctx, helm, "upgrade", cluster.HelmRelease, filepath.Join("..", "..", "charts", "evictiond"),
+			"--namespace", cluster.EvictiondNamespace, "--reuse-values", "--set", "dryRun=true"); err != nil {
+			t.Fatalf("helm upgrade --set dryRun=true: %v\n%s", err, out)
+		}
+		// The DaemonSet rolls its pod: wait for a Ready pod other than the one before.
+		var after string
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pod, err := c.WaitEvictiondReady(ctx, 5*time.Second)
+			if err != nil || pod.UID == before.UID {
+				return false, nil
+			}
+			after = strings.Join(pod.Spec.Containers[0].Args, " ")
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("no new Ready evictiond pod after helm upgrade (the one before: %s)", before.Name)
+		}
+		if !strings.Contains(after, "--dry-run") {
+			t.Errorf("the upgraded pod's args %q lack --dry-run", after)
+		}
+		if out, err := c.Helm(ctx, helm, "history", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace); err != nil ||
+			!strings.Contains(string(out), "Upgrade complete") {
+			t.Errorf("helm history after the upgrade: %v\n%s", err, out)
+		}
+	})
 	t.Run("Uninstall", func(t *testing.T) {
 		if out, err := c.Helm(ctx, helm, "uninstall", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace, "--wait"); err != nil {
 			t.Fatalf("helm uninstall: %v\n%s", err, out)
