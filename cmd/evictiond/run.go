@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/brake"
 	"github.com/evictiond/evictiond/internal/configfile"
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
@@ -220,7 +221,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 
 	startStep.Store("waiting for the pod and node informers to sync with the API server")
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: daemon.MonitorStats{M: mon}, Reclaimer: rc, Metrics: m,
-		APIReachable: reach.Reachable, Wake: waker.C(),
+		APIReachable: reach.Reachable, Wake: waker.C(), Freezer: brake.NewPodFreezer(mon.PodCgroup),
 		OnConfig: func(c *policy.Config) {
 			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {
 				log.Error("fast path not reconfigured", "err", err)

@@ -56,6 +56,9 @@ type Agent struct {
 	// lastHeldBack is the last "why no eviction" logged, so it is logged at
 	// Info once per change instead of on every pass.
 	lastHeldBack string
+	// freezer is the brake's hand on pod cgroups; nil: the brake decides
+	// and logs, and freezes nothing.
+	freezer Freezer
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -73,6 +76,8 @@ type Deps struct {
 	Reclaimer Reclaimer
 	Recorder  record.EventRecorder
 	Metrics   *metrics.Metrics
+	// Freezer is the brake's (brake.PodFreezer); nil: no pod cgroups to freeze.
+	Freezer Freezer
 }
 
 // New returns an agent deciding with cfg.
@@ -85,7 +90,8 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	}
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
-		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1)}
+		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
+		freezer: deps.Freezer}
 	a.resetThresholdGauges()
 	return a
 }
@@ -114,6 +120,7 @@ func (a *Agent) Run(ctx context.Context) {
 	interval := a.engine.Config().LoopInterval
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	defer a.thawAll("evictiond stopping")
 	a.pass(ctx, "start")
 	for {
 		select {
@@ -163,6 +170,9 @@ type Report struct {
 	Deferred int
 	// Pending lists evictions whose effect is not yet visible, as ns/name.
 	Pending []string
+	// Brake is the brake's decision and actions, when a threshold eviction
+	// was due.
+	Brake *BrakeReport
 }
 
 // ReclaimReport is one node-level reclaim run.
@@ -210,6 +220,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 
 	assessment := a.engine.Assess(in)
 	rep.Observed, rep.Assessment = obs, assessment
+	a.releaseBrake(assessment)
 	a.publish(assessment, obs)
 	a.finishPass(obs, "")
 
@@ -258,7 +269,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	}
 	a.lastHeldBack = ""
 	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(a.opts.Clock.Now().Sub(fresh[starved.Threshold.Signal].Time).Seconds())
-	rep.Evictions = []EvictResult{a.evict(ctx, sel.Candidates, fresh)}
+	rep.Evictions = []EvictResult{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
 	return rep
 }
 
@@ -401,7 +412,11 @@ func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods 
 // evict hands the ranked candidates to the evictor and records the outcome;
 // a pod taken down is tracked by the engine until it is gone.
 func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) EvictResult {
-	res := a.evictor.Evict(ctx, cands)
+	return a.recordEviction(a.evictor.Evict(ctx, cands), cands, obs)
+}
+
+// recordEviction logs and counts the evictor's answer.
+func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs policy.Observations) EvictResult {
 	signal := string(cands[0].Signal)
 	a.metrics.Evictions.WithLabelValues(signal, string(res.Outcome)).Inc()
 	if res.Victim == nil {

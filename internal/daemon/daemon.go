@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/brake"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -61,6 +62,9 @@ type Deps struct {
 	// OnConfig runs in the loop goroutine after the daemon's own parts took a
 	// new configuration (the notifier's thresholds).
 	OnConfig func(*policy.Config)
+	// Freezer is the brake's hand on the pod cgroups; nil: the brake only
+	// decides and logs.
+	Freezer *brake.PodFreezer
 }
 
 // Options name the node and say which parts run.
@@ -149,6 +153,9 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		return d, err
 	}
 	ad := agent.Deps{Stats: deps.Stats, Pods: d.deps.Pods, Evictor: d.Evictor, Recorder: d.deps.Recorder, Metrics: deps.Metrics}
+	if deps.Freezer != nil {
+		ad.Freezer = deps.Freezer
+	}
 	if deps.Reclaimer != nil {
 		ad.Reclaimer = deps.Reclaimer
 	}
@@ -157,6 +164,9 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	}
 	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Wake,
 		Clock: deps.Clock, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
+	if deps.Freezer != nil {
+		deps.Freezer.OnExpire(d.Agent.BrakeExpired)
+	}
 	return d, nil
 }
 
@@ -183,6 +193,9 @@ func (d *Daemon) evictorOptions(c *policy.Config) kube.EvictorOptions {
 	o.Logger = d.opts.Logger.With("component", "evictor")
 	if d.deps.Reclaimer != nil {
 		o.LocalStop.Stopper = d.deps.Reclaimer
+		if d.deps.Freezer != nil {
+			o.LocalStop.Stopper = brake.KillBeforeStop{Stopper: d.deps.Reclaimer, Freezer: d.deps.Freezer}
+		}
 	}
 	return o
 }

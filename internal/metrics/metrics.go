@@ -28,6 +28,11 @@ type Metrics struct {
 	StatsAge       *prometheus.HistogramVec
 	ObservationErr *prometheus.CounterVec
 
+	BrakeTotal            *prometheus.CounterVec
+	BrakeCrossingToFrozen *prometheus.HistogramVec
+	BrakeCrossingToFreed  *prometheus.HistogramVec
+	BrakeEvictionPath     prometheus.Gauge
+
 	ConfigReloads              *prometheus.CounterVec
 	ConfigLastReloadSuccessful prometheus.Gauge
 	ConfigLastReloadTime       prometheus.Gauge
@@ -65,6 +70,16 @@ func New() *Metrics {
 			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30}}, []string{"signal"}),
 		ObservationErr: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "observation_errors_total",
 			Help: "Signal readings that failed and were reported missing (never guessed), by signal."}, []string{"signal"}),
+		BrakeTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "brake_total",
+			Help: "Brake actions by signal and result: killed (frozen, eviction accepted, killed on the node), killed_locally (API unreachable: killed before the CRI stop), held (eviction not answered: stays frozen up to brake.maxFreeze), thawed_refused (eviction refused or not made), thawed_cleared (pressure cleared), thawed_expired (brake.maxFreeze elapsed), freeze_failed, kill_failed, dry_run."}, []string{"signal", "result"}),
+		BrakeCrossingToFrozen: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "brake_crossing_to_frozen_seconds",
+			Help:    "Time from the hard threshold's crossing (its first reading below) to the victim's cgroup frozen, by signal.",
+			Buckets: []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2}}, []string{"signal"}),
+		BrakeCrossingToFreed: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "brake_crossing_to_freed_seconds",
+			Help:    "Time from the hard threshold's crossing to the braked victim's last task gone (its memory, PIDs and open files released), by signal.",
+			Buckets: []float64{0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}}, []string{"signal"}),
+		BrakeEvictionPath: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "brake_eviction_path_seconds",
+			Help: "How long the normal eviction path takes on this node (eviction accepted -> pod gone; moving estimate of hard evictions, or brake.evictionPath), which the brake compares the time to exhaustion with."}),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "config_reloads_total",
 			Help: "Configuration reloads by result (success, rejected)."}, []string{"result"}),
 		ConfigLastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
@@ -74,6 +89,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
 		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
+		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m

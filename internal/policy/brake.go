@@ -218,7 +218,8 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		return d
 	}
 	d.Rate, d.RateSpan = rate, span
-	d.TimeToExhaustion = timeToExhaustion(s.Observation.Available, rate)
+	h := e.brake.history[sig]
+	d.TimeToExhaustion = timeToExhaustion(h[len(h)-1].Available, rate) // the newest reading: a resample's
 	limit := time.Duration(cfg.SafetyFactor * float64(d.EvictionPath))
 	rateText := FormatValue(sig, int64(rate)) + "/s"
 	if d.TimeToExhaustion < 0 {
@@ -238,3 +239,7 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 	}
 	return d
 }
+
+// Resampled records a reading taken within a pass for the brake (after
+// Brake asked to read again), so the next Brake decides on it.
+func (e *Engine) Resampled(obs Observations) { e.brake.recordHistory(obs, e.clock.Now()) }

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// Freezer stops pods at kernel speed: brake.PodFreezer on the node's pod
+// cgroups; simulate records what it would do.
+type Freezer interface {
+	Freeze(pod *v1.Pod, maxFreeze time.Duration) (brake.Hold, error)
+	Thaw(uid types.UID) (brake.Hold, bool, error)
+	Kill(uid types.UID, timeout time.Duration) (brake.Hold, int, bool, error)
+	Held() []brake.Hold
+}
+
+// brakeKillTimeout bounds the wait for a killed pod's tasks to be gone.
+const brakeKillTimeout = 5 * time.Second
+
+// Brake events.
+const (
+	EventReasonBraked      = "Braked"
+	EventReasonBrakeThawed = "BrakeThawed"
+	EventReasonWouldBrake  = "WouldBrake"
+)
+
+// BrakeReport is what the brake decided and did in a pass.
+type BrakeReport struct {
+	policy.BrakeDecision
+	// Frozen names the pod frozen before the request, Killed the pod killed
+	// after it was accepted, Thawed the holds ended without a kill.
+	Frozen string   `json:"frozen,omitempty"`
+	Killed string   `json:"killed,omitempty"`
+	Thawed []string `json:"thawed,omitempty"`
+	// CrossingToFrozen is the time from the crossing to the freeze.
+	CrossingToFrozen time.Duration `json:"crossingToFrozen,omitempty"`
+}
+
+// evictWithBrake evicts the ranked candidates, with the brake around the
+// request when the resource would run out before the normal path completes:
+// freeze the first candidate, request the eviction, kill it on the node once
+// accepted, thaw it when refused. When the rate at hand is unknown or
+// averaged over too long a time, the node is read once more after
+// brake.sampleInterval before deciding.
+func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) EvictResult {
+	cfg := a.engine.Config()
+	d := a.engine.Brake(as)
+	if d.Resample && !d.Fire {
+		time.Sleep(cfg.Brake.SampleInterval)
+		a.engine.Resampled(a.stats.Observe(ctx, pods).Observations)
+		first := d.Reason
+		d = a.engine.Brake(as)
+		a.log.Debug("brake: read again before deciding", "signal", d.Signal, "first", first, "then", d.Reason)
+	}
+	br := &BrakeReport{BrakeDecision: d}
+	rep.Brake = br
+	a.metrics.BrakeEvictionPath.Set(d.EvictionPath.Seconds())
+	victim := cands[0]
+	crossing := as.Starved.FirstObservedAt
+	var held *brake.Hold
+	switch {
+	case !d.Fire:
+	case cfg.DryRun:
+		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "dry_run").Inc()
+		a.log.Warn("dry run: brake would freeze pod", "pod", podKeyOf(victim.Pod), "signal", d.Signal, "why", d.Reason)
+		a.recorder.Eventf(victim.Pod, v1.EventTypeWarning, EventReasonWouldBrake, "Dry run: would freeze and kill after the eviction is accepted: %s", d.Reason)
+	case a.freezer == nil:
+		a.log.Warn("brake would fire but this agent has no freezer (no pod cgroups)", "pod", podKeyOf(victim.Pod), "why", d.Reason)
+	case victim.Pod.UID == a.opts.SelfUID:
+		// Select never offers it; a defect must not freeze the agent itself.
+		a.log.Error("brake refused to freeze evictiond's own pod", "pod", podKeyOf(victim.Pod))
+	default:
+		h, err := a.freezer.Freeze(victim.Pod, cfg.Brake.MaxFreeze)
+		if err != nil {
+			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
+			a.log.Error("brake: freeze failed; evicting on the normal path", "pod", podKeyOf(victim.Pod), "err", err)
+			break
+		}
+		held = &h
+		br.Frozen = h.Pod
+		br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
+		a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
+		a.log.Warn("brake: pod frozen", "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
+			"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
+			"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
+	}
+
+	res := a.evictor.Evict(ctx, cands)
+	a.resolveHolds(res, d, held, crossing, br)
+	return a.recordEviction(res, cands, obs)
+}
+
+// resolveHolds ends the brake's holds after an eviction request: the
+// accepted victim is killed on the node (a held pod always, whatever the
+// pass decided: a frozen pod's own stop would hang on its frozen tasks; a
+// pod not held when the brake fired for this pass, frozen and killed too);
+// on an unanswered request (API error) the holds stay, bounded by
+// brake.maxFreeze; every other hold is thawed.
+func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brake.Hold, crossing time.Time, br *BrakeReport) {
+	if a.freezer == nil {
+		return
+	}
+	var victim types.UID
+	if res.Victim != nil && res.Outcome.Disrupted() {
+		victim = res.Victim.Pod.UID
+	}
+	killVictim := victim != ""
+	for _, h := range a.freezer.Held() {
+		switch {
+		case h.UID == victim:
+			killVictim = false
+			a.killHeld(res, h, d, crossing, br)
+		case res.Outcome == OutcomeAPIError:
+			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "held").Inc()
+			a.log.Warn("brake: eviction not answered; pod stays frozen", "pod", h.Pod, "until", h.Deadline.Format(time.RFC3339Nano), "err", res.Err)
+		default:
+			a.thaw(h.UID, string(d.Signal), "thawed_refused", fmt.Sprintf("its eviction was not made (%s)", res.Outcome), br)
+		}
+	}
+	if killVictim && d.Fire && held != nil && res.Outcome != OutcomeStoppedLocally {
+		// The ladder moved on from the frozen pod to another one: stop that one as fast.
+		h, err := a.freezer.Freeze(res.Victim.Pod, a.engine.Config().Brake.MaxFreeze)
+		if err != nil {
+			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
+			a.log.Error("brake: freeze of the accepted victim failed; it terminates on the normal path", "pod", podKeyOf(res.Victim.Pod), "err", err)
+			return
+		}
+		a.killHeld(res, h, d, crossing, br)
+	}
+}
+
+// killHeld kills a held pod whose eviction was accepted.
+func (a *Agent) killHeld(res EvictResult, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
+	result := "killed"
+	if res.Outcome == OutcomeStoppedLocally {
+		result = "killed_locally" // the local stop killed it first (brake.KillBeforeStop), or now
+	}
+	_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)
+	freedAt := time.Now()
+	if err != nil {
+		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "kill_failed").Inc()
+		a.log.Error("brake: kill failed; the pod terminates on the normal path", "pod", h.Pod, "err", err)
+		return
+	}
+	res.Victim.Braked = true
+	br.Killed = h.Pod
+	a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), result).Inc()
+	sinceCrossing := freedAt.Sub(crossing)
+	a.metrics.BrakeCrossingToFreed.WithLabelValues(string(d.Signal)).Observe(sinceCrossing.Seconds())
+	frozenAfter := h.FrozenAt.Sub(crossing)
+	a.log.Warn("brake: pod killed after its eviction was accepted", "pod", h.Pod, "uid", h.UID, "outcome", res.Outcome,
+		"processes", n, "crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
+		"freedAt", freedAt.Format(time.RFC3339Nano), "crossingToFrozen", frozenAfter, "crossingToFreed", sinceCrossing)
+	a.recorder.Eventf(res.Victim.Pod, v1.EventTypeWarning, EventReasonBraked,
+		"Frozen %v after the crossing of %s, killed after the eviction was accepted (%s; %d processes, freed %v after the crossing): %s",
+		frozenAfter.Round(100*time.Microsecond), d.Signal, res.Outcome, n, sinceCrossing.Round(time.Millisecond), d.Reason)
+}
+
+// thaw ends a hold without a kill.
+func (a *Agent) thaw(uid types.UID, signal, result, why string, br *BrakeReport) {
+	h, ok, err := a.freezer.Thaw(uid)
+	if !ok {
+		return
+	}
+	if br != nil {
+		br.Thawed = append(br.Thawed, h.Pod)
+	}
+	if err != nil {
+		a.log.Error("brake: thaw failed", "pod", h.Pod, "err", err)
+	}
+	a.metrics.BrakeTotal.WithLabelValues(signal, result).Inc()
+	a.log.Warn("brake: pod thawed", "pod", h.Pod, "why", why, "frozenFor", time.Since(h.FrozenAt))
+	a.recorder.Eventf(podRefOf(h), v1.EventTypeNormal, EventReasonBrakeThawed, "Thawed after %v frozen: %s",
+		time.Since(h.FrozenAt).Round(time.Millisecond), why)
+}
+
+// releaseBrake thaws every hold once no hard threshold is met any more.
+func (a *Agent) releaseBrake(as *policy.Assessment) {
+	if a.freezer == nil {
+		return
+	}
+	held := a.freezer.Held()
+	if len(held) == 0 {
+		return
+	}
+	for _, m := range as.Met {
+		if m.Threshold.Hard() {
+			return
+		}
+	}
+	for _, h := range held {
+		a.thaw(h.UID, "", "thawed_cleared", "the pressure cleared", nil)
+	}
+}
+
+// BrakeExpired records a hold the brake thawed at its deadline
+// (brake.maxFreeze); it runs on the brake's timer goroutine.
+func (a *Agent) BrakeExpired(h brake.Hold, err error) {
+	a.metrics.BrakeTotal.WithLabelValues("", "thawed_expired").Inc()
+	if err != nil {
+		a.log.Error("brake: thaw at brake.maxFreeze failed", "pod", h.Pod, "err", err)
+	}
+	a.log.Warn("brake: pod thawed at brake.maxFreeze", "pod", h.Pod, "frozenAt", h.FrozenAt.Format(time.RFC3339Nano))
+	a.recorder.Eventf(podRefOf(h), v1.EventTypeWarning, EventReasonBrakeThawed,
+		"Thawed after brake.maxFreeze (%v): the eviction was not completed in time", h.Deadline.Sub(h.FrozenAt))
+}
+
+// thawAll ends every hold (the loop stopping).
+func (a *Agent) thawAll(why string) {
+	if a.freezer == nil {
+		return
+	}
+	for _, h := range a.freezer.Held() {
+		a.thaw(h.UID, "", "thawed_cleared", why, nil)
+	}
+}
+
+func podKeyOf(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// podRefOf is an Event target for a held pod.
+func podRefOf(h brake.Hold) *v1.ObjectReference {
+	ns, name, _ := strings.Cut(h.Pod, "/")
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: h.UID}
+}

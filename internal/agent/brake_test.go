@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/policy"
+)
+
+// fakeFreezer records what the loop asks of the brake; the cgroup side is
+// proven on real kernels in internal/brake.
+type fakeFreezer struct {
+	held      map[types.UID]brake.Hold
+	log       []string
+	freezeErr error
+}
+
+func newFakeFreezer() *fakeFreezer { return &fakeFreezer{held: map[types.UID]brake.Hold{}} }
+
+func (f *fakeFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error) {
+	f.log = append(f.log, "freeze "+pod.Name)
+	if f.freezeErr != nil {
+		return brake.Hold{}, f.freezeErr
+	}
+	if h, ok := f.held[pod.UID]; ok {
+		return h, nil
+	}
+	now := time.Now()
+	h := brake.Hold{UID: pod.UID, Pod: pod.Namespace + "/" + pod.Name, FrozenAt: now, Deadline: now.Add(max)}
+	f.held[pod.UID] = h
+	return h, nil
+}
+
+func (f *fakeFreezer) Thaw(uid types.UID) (brake.Hold, bool, error) {
+	h, ok := f.held[uid]
+	if ok {
+		f.log = append(f.log, "thaw "+string(uid))
+		delete(f.held, uid)
+	}
+	return h, ok, nil
+}
+
+func (f *fakeFreezer) Kill(uid types.UID, _ time.Duration) (brake.Hold, int, bool, error) {
+	h, ok := f.held[uid]
+	if ok {
+		f.log = append(f.log, "kill "+string(uid))
+		delete(f.held, uid)
+	}
+	return h, 1, ok, nil
+}
+
+func (f *fakeFreezer) Held() []brake.Hold {
+	var out []brake.Hold
+	for _, h := range f.held {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b brake.Hold) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	return out
+}
+
+// ladderEvictor answers per candidate: refused ones are skipped as a PDB
+// does, the first other one gets outcome.
+type ladderEvictor struct {
+	refuse  map[string]bool
+	outcome Outcome
+	calls   int
+}
+
+func (e *ladderEvictor) Evict(ctx context.Context, cands []policy.Candidate) EvictResult {
+	e.calls++
+	for _, c := range cands {
+		if e.refuse[c.Pod.Name] {
+			continue
+		}
+		if !e.outcome.Disrupted() {
+			return EvictResult{Outcome: e.outcome, Err: fmt.Errorf("%s", e.outcome)}
+		}
+		v := c
+		return EvictResult{Outcome: e.outcome, Victim: &v}
+	}
+	return EvictResult{Outcome: OutcomePDBBlocked}
+}
+
+// brakeAgent is an agent with the brake wired to a fake freezer, on a hard
+// allocatableMemory threshold of 500Mi, after a pass 100ms earlier at avail0.
+func brakeAgent(t *testing.T, extra string, ev Evictor) (*Agent, *fakeClock, *fakeStats, *fakeFreezer) {
+	t.Helper()
+	a, clock, stats, _, _, _ := newTestAgent(t, "evictionHard: {allocatableMemory.available: 500Mi}\n"+extra)
+	fz := newFakeFreezer()
+	a.freezer, a.evictor = fz, ev
+	return a, clock, stats, fz
+}
+
+// ramp runs a pass at each available value, 100ms apart.
+func ramp(a *Agent, clock *fakeClock, stats *fakeStats, avail ...int64) Report {
+	var rep Report
+	for _, av := range avail {
+		clock.now = clock.now.Add(100 * time.Millisecond)
+		stats.obs = policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: av, Capacity: 3 << 30}}
+		rep = a.Pass(context.Background(), "test")
+	}
+	return rep
+}
+
+func TestBrake_FastRampFreezesThenKillsTheAcceptedVictim(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	rep := ramp(a, clock, stats, 700<<20, 470<<20) // 2.3 GiB/s
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the hog frozen before the request and killed after", got)
+	}
+	if rep.Brake == nil || !rep.Brake.Fire || rep.Brake.Frozen != "ns/hog" || rep.Brake.Killed != "ns/hog" {
+		t.Errorf("report %+v", rep.Brake)
+	}
+	if len(fz.Held()) != 0 {
+		t.Errorf("holds left: %+v", fz.Held())
+	}
+}
+
+func TestBrake_SlowRampKeepsTheGracefulPath(t *testing.T) {
+	ev := &ladderEvictor{outcome: OutcomeEvicted}
+	a, clock, stats, fz := brakeAgent(t, "", ev)
+	rep := ramp(a, clock, stats, 510<<20, 500<<20, 490<<20) // 100 MiB/s: 4.9s to go
+	if len(fz.log) != 0 {
+		t.Errorf("freezer calls %v on a slow ramp, want none", fz.log)
+	}
+	if ev.calls != 1 || rep.Brake == nil || rep.Brake.Fire || !strings.Contains(rep.Brake.Reason, "graceful path") {
+		t.Errorf("evictor calls %d, brake %+v: want one graceful eviction", ev.calls, rep.Brake)
+	}
+}
+
+func TestBrake_RefusalsThaw(t *testing.T) {
+	for _, outcome := range []Outcome{OutcomePDBBlocked, OutcomeGone, OutcomeThrottled, OutcomeRateLimited, OutcomeCoolingDown} {
+		t.Run(string(outcome), func(t *testing.T) {
+			ev := &ladderEvictor{outcome: outcome}
+			if outcome == OutcomePDBBlocked {
+				ev.refuse = map[string]bool{"hog": true, "calm": true}
+			}
+			a, clock, stats, fz := brakeAgent(t, "", ev)
+			rep := ramp(a, clock, stats, 700<<20, 470<<20)
+			if got := strings.Join(fz.log, ", "); got != "freeze hog, thaw hog" {
+				t.Errorf("freezer calls %q, want the hog frozen then thawed at once", got)
+			}
+			if rep.Brake == nil || len(rep.Brake.Thawed) != 1 || rep.Brake.Killed != "" {
+				t.Errorf("report %+v", rep.Brake)
+			}
+		})
+	}
+}
+
+func TestBrake_LadderMovedOnThawsTheRefusedAndKillsTheAccepted(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted, refuse: map[string]bool{"hog": true}})
+	ramp(a, clock, stats, 700<<20, 470<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, thaw hog, freeze calm, kill calm" {
+		t.Errorf("freezer calls %q", got)
+	}
+}
+
+func TestBrake_APIErrorHoldsUntilCleared(t *testing.T) {
+	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	a, clock, stats, fz := brakeAgent(t, "", ev)
+	ramp(a, clock, stats, 700<<20, 470<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog" || len(fz.Held()) != 1 {
+		t.Fatalf("freezer calls %q, holds %v: want the hog held while the API server does not answer", got, fz.Held())
+	}
+	// The pressure clears (the frozen pod's memory reclaimed by another actor): thaw at once.
+	ramp(a, clock, stats, 470<<20, 2<<30)
+	if got := strings.Join(fz.log, ", "); !strings.HasSuffix(got, "thaw hog") || len(fz.Held()) != 0 {
+		t.Errorf("freezer calls %q, holds %v: want the hog thawed once no hard threshold is met", got, fz.Held())
+	}
+}
+
+func TestBrake_HeldVictimAcceptedLaterIsKilledEvenWithoutFiring(t *testing.T) {
+	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	a, clock, stats, fz := brakeAgent(t, "", ev)
+	ramp(a, clock, stats, 700<<20, 470<<20)
+	// Frozen, the hog no longer falls: the decision is the graceful path, but
+	// a frozen pod's own stop would hang on its frozen tasks.
+	ev.outcome = OutcomeEvicted
+	rep := ramp(a, clock, stats, 470<<20)
+	if rep.Brake == nil {
+		t.Fatalf("no brake decision: starved %+v, selection %+v, err %q", rep.Assessment.Starved, rep.Selection, rep.Err)
+	}
+	if rep.Brake.Fire {
+		t.Fatalf("the brake fired on a flat signal: %+v", rep.Brake)
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the held hog killed once its eviction was accepted", got)
+	}
+}
+
+func TestBrake_NeverFreezesInDryRunOrWhenDisabledOrOnFreezeError(t *testing.T) {
+	for name, tc := range map[string]struct {
+		extra     string
+		freezeErr error
+		want      string
+	}{
+		"dry run":      {extra: "dryRun: true\n", want: ""},
+		"disabled":     {extra: "brake: {enabled: false}\n", want: ""},
+		"freeze error": {freezeErr: fmt.Errorf("no freezer.state"), want: "freeze hog"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev := &ladderEvictor{outcome: OutcomeEvicted}
+			if tc.extra == "dryRun: true\n" {
+				ev.outcome = OutcomeDryRun
+			}
+			a, clock, stats, fz := brakeAgent(t, tc.extra, ev)
+			fz.freezeErr = tc.freezeErr
+			ramp(a, clock, stats, 700<<20, 470<<20)
+			if got := strings.Join(fz.log, ", "); got != tc.want {
+				t.Errorf("freezer calls %q, want %q", got, tc.want)
+			}
+			if ev.calls != 1 {
+				t.Errorf("evictor calls %d, want the eviction requested anyway", ev.calls)
+			}
+		})
+	}
+}
+
+func TestBrake_LoopStoppingThawsEveryHold(t *testing.T) {
+	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	a, clock, stats, fz := brakeAgent(t, "", ev)
+	ramp(a, clock, stats, 700<<20, 470<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a.Run(ctx)
+	if len(fz.Held()) != 0 {
+		t.Errorf("holds left after the loop stopped: %v", fz.Held())
+	}
+}
