@@ -128,6 +128,7 @@ type StepResult struct {
 	Ranking         []string         `json:"ranking"`
 	Excluded        []ExcludedResult `json:"excluded,omitempty"`
 	Eviction        *EvictionResult  `json:"eviction"`
+	Brake           *BrakeResult     `json:"brake,omitempty"`
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
@@ -356,6 +357,37 @@ func ParseSteps(sc *Scenario) ([]ParsedStep, error) {
 	return out, nil
 }
 
+// BrakeResult is the brake's decision on a step's eviction.
+type BrakeResult struct {
+	Fire bool `json:"fire"`
+	// Action says what the agent does: freeze the first candidate before
+	// the request and kill it once accepted, or the graceful path.
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	// Rate is how fast the signal falls, from this step's and earlier
+	// steps' readings; TimeToExhaustion how long until it reaches zero.
+	Rate             string `json:"rate,omitempty"`
+	TimeToExhaustion string `json:"timeToExhaustion,omitempty"`
+	EvictionPath     string `json:"evictionPath"`
+}
+
+func brakeResult(d policy.BrakeDecision, first policy.Candidate) *BrakeResult {
+	b := &BrakeResult{Fire: d.Fire, Reason: d.Reason, EvictionPath: d.EvictionPath.String() + " (" + d.PathSource + ")", Action: "graceful path"}
+	if d.RateSpan > 0 {
+		b.Rate = policy.FormatValue(d.Signal, int64(d.Rate)) + "/s"
+		if d.Rate < 0 {
+			b.Rate = "-" + policy.FormatValue(d.Signal, int64(-d.Rate)) + "/s"
+		}
+	}
+	if d.TimeToExhaustion >= 0 {
+		b.TimeToExhaustion = d.TimeToExhaustion.Round(time.Millisecond).String()
+	}
+	if d.Fire {
+		b.Action = "freeze " + key(first.Pod) + " before the eviction request; kill it on the node once the API server accepts it, thaw it if refused"
+	}
+	return b
+}
+
 // stepResult is the public form of one pass's report (docs/simulate.md).
 func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) StepResult {
 	sr := StepResult{At: at, ThresholdsMet: []ThresholdMet{}, NodeConditions: []string{}, NodeReclaim: []ReclaimResult{}, Ranking: []string{},
@@ -416,6 +448,9 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	}
 	if sel.Waiting == "" && len(sel.Candidates) == 0 {
 		sr.Notes = append(sr.Notes, "unable to evict any pods from the node: no eligible pod")
+	}
+	if rep.Brake != nil && len(sel.Candidates) > 0 {
+		sr.Brake = brakeResult(rep.Brake.BrakeDecision, sel.Candidates[0])
 	}
 	if len(rep.Evictions) == 0 {
 		return sr

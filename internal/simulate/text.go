@@ -40,6 +40,13 @@ func WriteText(w io.Writer, r *Result) {
 		for _, e := range s.LocalStorage {
 			fmt.Fprintf(w, "  EVICT %s (%s, grace %ds): %s\n", e.Pod, e.Signal, e.GracePeriodSeconds, e.Message)
 		}
+		if b := s.Brake; b != nil {
+			if b.Fire {
+				fmt.Fprintf(w, "  BRAKE: %s\n    %s\n", b.Reason, b.Action)
+			} else {
+				fmt.Fprintf(w, "  no brake: %s\n", b.Reason)
+			}
+		}
 		for _, e := range s.Refused {
 			fmt.Fprintf(w, "  eviction of %s refused (PodDisruptionBudget)\n", e.Pod)
 		}
