@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,47 +30,93 @@ import (
 // rampThreshold is the allocatableMemory.available threshold the kubelet and evictiond share.
 const rampThreshold = 500 << 20
 
-var rampRates = []int{100, 400, 1000, 4000}
+// rampRate is one ramp of the benchmark: hogs containers in the hog pod, each allocating
+// rateMiB per second (the machine's top rate needs several in parallel).
+type rampRate struct {
+	label   string
+	rateMiB int
+	hogs    int
+}
+
+var rampRates = []rampRate{
+	{"100", 100, 1}, {"400", 400, 1}, {"1000", 1000, 1}, {"4000", 4000, 1},
+	{"max (2 × 4000)", 4000, 2},
+}
 
 // rampSetup is one cluster configuration of the benchmark.
 type rampSetup struct {
 	name          string
 	kubeletMemcg  bool
 	evictiondMode string // "" (kubelet alone), "notifier" or "poll"
+	brake         bool   // evictiond's brake (brake.enabled)
+}
+
+// rampSetupsByName are the setups BENCH_RAMP_SETUPS can name.
+var rampSetupsByName = map[string][]rampSetup{
+	"notifier":        {{name: "kubelet memcg on, evictiond notifier", kubeletMemcg: true, evictiondMode: "notifier"}},
+	"brake":           {{name: "kubelet memcg on, evictiond notifier + brake", kubeletMemcg: true, evictiondMode: "notifier", brake: true}},
+	"brake-memcg-off": {{name: "kubelet memcg off, evictiond notifier + brake", kubeletMemcg: false, evictiondMode: "notifier", brake: true}},
+	"memcg-off":       {{name: "kubelet memcg off, evictiond notifier", kubeletMemcg: false, evictiondMode: "notifier"}},
+	"poll":            {{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"}},
+	"kubelet-only": {{name: "kubelet alone, memcg on", kubeletMemcg: true},
+		{name: "kubelet alone, memcg off", kubeletMemcg: false}},
 }
 
 // rampResult is one episode's outcome.
 type rampResult struct {
 	setup            string
-	rateMiB          int
+	rate             rampRate
 	outcome          string        // "evicted by kubelet", "evicted by evictiond", "OOM-killed", ...
+	killedBy         string        // who ended the hog: "brake kill", "eviction", "kubelet eviction", "OOM killer"
 	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"; -1 when it did not act
 	evictiondLatency time.Duration // crossing -> evictiond's eviction request; -1 when it did not act
+	frozenLatency    time.Duration // crossing -> evictiond's brake froze the hog; -1 when it did not
+	releasedLatency  time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp; -1 never seen
 	evicted          int           // pods evicted in the episode, all actors
+	bystanders       int           // pods other than the hog evicted
 	oomKills         int64
 	peakWorkingSet   int64
 	achievedMiBps    float64
 }
 
 func TestBenchRamp(t *testing.T) {
-	setups := []rampSetup{
-		{name: "kubelet memcg on, evictiond notifier", kubeletMemcg: true, evictiondMode: "notifier"},
-		{name: "kubelet memcg off, evictiond notifier", kubeletMemcg: false, evictiondMode: "notifier"},
-		{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"},
-	}
+	names := "notifier,brake,brake-memcg-off,poll"
 	if only := os.Getenv("BENCH_RAMP_SETUPS"); only != "" {
-		// e.g. BENCH_RAMP_SETUPS=kubelet-only to measure the kubelet without evictiond.
-		setups = nil
+		names = only // e.g. kubelet-only to measure the kubelet without evictiond
+	}
+	var setups []rampSetup
+	for _, name := range strings.Split(names, ",") {
+		s, ok := rampSetupsByName[name]
+		if !ok {
+			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only)", names, name)
+		}
+		setups = append(setups, s...)
+	}
+	if only := os.Getenv("BENCH_RAMP_RATES"); only != "" {
+		// e.g. BENCH_RAMP_RATES=100,1000,max
+		var rates []rampRate
 		for _, name := range strings.Split(only, ",") {
-			switch name {
-			case "kubelet-only":
-				setups = append(setups, rampSetup{name: "kubelet alone, memcg on", kubeletMemcg: true},
-					rampSetup{name: "kubelet alone, memcg off", kubeletMemcg: false})
-			default:
-				t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: kubelet-only)", only, name)
+			found := false
+			for _, r := range rampRates {
+				if r.label == name || name == "max" && r.hogs > 1 {
+					rates, found = append(rates, r), true
+				}
+			}
+			if !found {
+				t.Fatalf("BENCH_RAMP_RATES=%q: unknown rate %q (known: 100, 400, 1000, 4000, max)", only, name)
 			}
 		}
+		rampRates = rates
 	}
+	runs := 3
+	if v := os.Getenv("BENCH_RAMP_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("BENCH_RAMP_RUNS=%q: must be a number of runs per rate, at least 1", v)
+		}
+		runs = n
+	}
+	rampRuns = runs
 	var results []rampResult
 	for _, setup := range setups {
 		t.Run(setup.name, func(t *testing.T) {
@@ -98,23 +145,32 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 	})
 	ctx := context.Background()
 	if setup.evictiondMode != "" {
-		if _, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode)}); err != nil {
+		if _, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode, setup.brake)}); err != nil {
 			t.Fatalf("deploying evictiond: %v", err)
 		}
 	}
 	var results []rampResult
-	for i, rate := range rampRates {
-		r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", i))
-		t.Logf("%s, %d MiB/s: %s; kubelet %s, evictiond %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s",
-			setup.name, rate, r.outcome, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps)
-		results = append(results, r)
+	n := 0
+	for _, rate := range rampRates {
+		for run := range rampRuns {
+			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n))
+			n++
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s",
+				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
+				fmtLatency(r.frozenLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps)
+			results = append(results, r)
+		}
 	}
 	return results
 }
 
+// rampRuns is how many episodes each rate gets (BENCH_RAMP_RUNS, default 3).
+var rampRuns = 3
+
 // rampEvictiondConfig is evictiond's configuration for the benchmark: the same hard
-// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll).
-func rampEvictiondConfig(mode string) string {
+// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), and
+// the brake on or off.
+func rampEvictiondConfig(mode string, brake bool) string {
 	notifier := "notifier: {memcgThresholds: true, psi: {enabled: true}, pollInterval: 100ms}"
 	if mode == "poll" {
 		notifier = "notifier: {memcgThresholds: false, memoryEvents: false, psi: {enabled: false}, pollInterval: 100ms}"
@@ -129,13 +185,14 @@ loop: {interval: 1s, podCleanupTimeout: 30s}
 %s
 eviction:
   rateLimits: {maxPerPass: 1, perMinute: 30, burst: 5, cooldown: 1s}
-`, rampThreshold>>20, notifier)
+brake: {enabled: %t}
+`, rampThreshold>>20, notifier, brake)
 }
 
-func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int, ns string) rampResult {
+func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate rampRate, ns string) rampResult {
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)
-	res := rampResult{setup: setup.name, rateMiB: rate, kubeletLatency: -1, evictiondLatency: -1}
+	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: -1, evictiondLatency: -1, frozenLatency: -1, releasedLatency: -1}
 
 	bystanders := []*corev1.Pod{
 		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
@@ -159,7 +216,16 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 	sampler := startSampler(rampThreshold)
 	// A CPU request: without one the hog gets cpu.shares=2 and, on a machine busy with other
 	// work, cannot reach the higher rates.
-	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{"-rate-mib=" + strconv.Itoa(rate)}, resources("cpu", "1", "memory", "64Mi"), nil))
+	var hogs []corev1.Container
+	for i := range rate.hogs {
+		h := workloadContainer("memhog", []string{"-rate-mib=" + strconv.Itoa(rate.rateMiB)}, resources("cpu", "1", "memory", "64Mi"), nil)
+		if i > 0 {
+			h.Name = fmt.Sprintf("memhog-%d", i+1)
+			h.Resources.Requests = resources("memory", "64Mi")
+		}
+		hogs = append(hogs, h)
+	}
+	hog := podOnNode(ns, "hog", hogs...)
 	episodeStart := time.Now()
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod hog: %v", err)
@@ -184,6 +250,14 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 	if at, ok := auditEvictionTime(t, c.API.AuditLogPath, ns, episodeStart); ok && !s.crossing.IsZero() {
 		res.evictiondLatency = at.Sub(s.crossing)
 	}
+	if setup.evictiondMode != "" && !s.crossing.IsZero() {
+		if at, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+			res.frozenLatency = at.Sub(s.crossing)
+		}
+	}
+	if !s.released.IsZero() {
+		res.releasedLatency = s.released.Sub(s.crossing)
+	}
 	events := evictionEvents(t, c, ns)
 	// One pod can carry several Evicted events (the kubelet records one per attempt): count pods.
 	var by []string
@@ -196,6 +270,19 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 		}
 	}
 	res.evicted = len(by)
+	braked := false
+	for _, key := range by {
+		if !strings.HasSuffix(key, ":hog") {
+			res.bystanders++
+		}
+	}
+	if list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range list.Items {
+			if e.Reason == "Braked" && e.InvolvedObject.Name == "hog" {
+				braked = true
+			}
+		}
+	}
 	term := (*corev1.ContainerStateTerminated)(nil)
 	if last != nil {
 		term = terminatedState(last, "memhog")
@@ -212,6 +299,21 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate int,
 	}
 	if res.oomKills > 0 && len(events) > 0 {
 		res.outcome += fmt.Sprintf(" + %d OOM kill(s)", res.oomKills)
+	}
+	switch {
+	case braked:
+		res.killedBy = "brake kill (evictiond)"
+	case term != nil && term.Reason == "OOMKilled", res.oomKills > 0 && !seen["evictiond:hog"] && !seen["kubelet:hog"]:
+		res.killedBy = "OOM killer"
+	case seen["evictiond:hog"]:
+		res.killedBy = "eviction (evictiond)"
+	case seen["kubelet:hog"]:
+		res.killedBy = "eviction (kubelet)"
+	default:
+		res.killedBy = "?"
+	}
+	if res.oomKills > 0 && res.killedBy != "OOM killer" {
+		res.killedBy += " + OOM killer"
 	}
 
 	grace := int64(0)
@@ -266,6 +368,9 @@ type samplerResult struct {
 	crossing, rampStart time.Time
 	crossingWS, startWS int64
 	peak                int64
+	// released is when, after the crossing, the working set fell back below the ramp's
+	// start plus a quarter of its growth: the hog's memory released.
+	released time.Time
 }
 
 func startSampler(threshold int64) *sampler {
@@ -297,6 +402,9 @@ func startSampler(threshold int64) *sampler {
 				r.crossing, r.crossingWS = m.At, m.WorkingSet
 			}
 			r.peak = max(r.peak, m.WorkingSet)
+			if !r.crossing.IsZero() && r.released.IsZero() && m.WorkingSet < r.startWS+(r.peak-r.startWS)/4 {
+				r.released = m.At
+			}
 		}
 	}()
 	return s
@@ -342,6 +450,26 @@ func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Tim
 	return time.Time{}, false
 }
 
+// brakeFrozenTime finds evictiond's "brake: pod frozen" log line for the hog of namespace
+// after since, and returns its frozenAt.
+func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (time.Time, bool) {
+	for _, line := range evictiondLogLines(t, c, "brake: pod frozen", since) {
+		if !strings.Contains(line, namespace+"/hog") {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, "frozenAt=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, " ")
+		at, err := time.Parse(time.RFC3339Nano, strings.Trim(v, `"`))
+		if err == nil {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
 func fmtLatency(d time.Duration) string {
 	if d < 0 {
 		return "did not act"
@@ -349,13 +477,65 @@ func fmtLatency(d time.Duration) string {
 	return d.Round(time.Millisecond).String()
 }
 
+// formatRampReport is one row per setup and rate: the runs' outcomes, and the median and
+// worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved) | outcome | kubelet: crossing → decision | evictiond: crossing → eviction request | pods evicted | OOM kills | peak working set MiB |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | bystanders evicted | OOM kills | peak working set MiB (worst) |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
+	type key struct{ setup, rate string }
+	var order []key
+	groups := map[key][]rampResult{}
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d (%.0f) | %s | %s | %s | %d | %d | %d |\n", r.setup, r.rateMiB, r.achievedMiBps, r.outcome,
-			fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency), r.evicted, r.oomKills, r.peakWorkingSet>>20)
+		k := key{r.setup, r.rate.label}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
 	}
+	for _, k := range order {
+		rs := groups[k]
+		var achieved []float64
+		var killed []string
+		var bystanders int
+		var ooms int64
+		var peak int64
+		for _, r := range rs {
+			achieved = append(achieved, r.achievedMiBps)
+			killed = append(killed, r.killedBy)
+			bystanders += r.bystanders
+			ooms += r.oomKills
+			peak = max(peak, r.peakWorkingSet)
+		}
+		sort.Float64s(achieved)
+		lat := func(f func(rampResult) time.Duration) string {
+			var ds []time.Duration
+			missing := 0
+			for _, r := range rs {
+				if d := f(r); d >= 0 {
+					ds = append(ds, d)
+				} else {
+					missing++
+				}
+			}
+			if len(ds) == 0 {
+				return "—"
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			out := fmt.Sprintf("%s / %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+			if missing > 0 {
+				out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
+			}
+			return out
+		}
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %d | %d | %d |\n", k.setup, k.rate, achieved[len(achieved)/2],
+			strings.Join(killed, "; "),
+			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
+			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
+			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
+			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
+			bystanders, ooms, peak>>20)
+	}
+	b.WriteString("\nLatencies: median / worst over the runs; — : never.\n")
 	return b.String()
 }
