@@ -61,35 +61,23 @@ func (c PodCgroup) check() error {
 // once the kernel reports the cgroup frozen. On v1 a cgroup whose tasks keep
 // forking can stay FREEZING; runc's retry loop (thaw, sleep, freeze again)
 // handles that, and a cgroup that cannot be frozen is thawed back.
-func (c PodCgroup) Freeze() error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	var err error
-	if c.Version == V1 {
-		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: cgroups.Frozen})
-	} else {
-		err = c.v2Manager().Freeze(cgroups.Frozen)
-	}
-	if err != nil {
-		return fmt.Errorf("freezing %s: %w", c, err)
-	}
-	return nil
-}
+func (c PodCgroup) Freeze() error { return c.setFreezer(cgroups.Frozen, "freezing") }
 
 // Thaw lets the cgroup's tasks run again.
-func (c PodCgroup) Thaw() error {
+func (c PodCgroup) Thaw() error { return c.setFreezer(cgroups.Thawed, "thawing") }
+
+func (c PodCgroup) setFreezer(state cgroups.FreezerState, doing string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
 	var err error
 	if c.Version == V1 {
-		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: cgroups.Thawed})
+		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: state})
 	} else {
-		err = c.v2Manager().Freeze(cgroups.Thawed)
+		err = c.v2Manager().Freeze(state)
 	}
 	if err != nil {
-		return fmt.Errorf("thawing %s: %w", c, err)
+		return fmt.Errorf("%s %s: %w", doing, c, err)
 	}
 	return nil
 }
