@@ -457,12 +457,13 @@ func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since t
 		if !strings.Contains(line, namespace+"/hog") {
 			continue
 		}
-		_, rest, ok := strings.Cut(line, "frozenAt=")
+		// evictiond logs JSON: ..."frozenAt":"2026-11-23T11:50:00.123456789Z"...
+		_, rest, ok := strings.Cut(line, `"frozenAt":"`)
 		if !ok {
 			continue
 		}
-		v, _, _ := strings.Cut(rest, " ")
-		at, err := time.Parse(time.RFC3339Nano, strings.Trim(v, `"`))
+		v, _, _ := strings.Cut(rest, `"`)
+		at, err := time.Parse(time.RFC3339Nano, v)
 		if err == nil {
 			return at, true
 		}
