@@ -23,6 +23,8 @@ const (
 	// step is how often the ramp allocates; short enough that a 4000 MiB/s ramp is smooth
 	// (40 MiB per step), long enough that the loop's own cost is negligible.
 	step = 10 * time.Millisecond
+	// maxChunk bounds one mmap call.
+	maxChunk = 16 << 20
 )
 
 func main() {
@@ -67,8 +69,12 @@ func main() {
 			if *targetMiB > 0 && want > *targetMiB*mib {
 				want = *targetMiB * mib
 			}
-			if grow := want - allocated; grow >= pageSize {
-				grow -= grow % pageSize
+			for grow := want - allocated; grow >= pageSize; grow = want - allocated {
+				// At most maxChunk per call: behind schedule, one call for the whole
+				// deficit would spend hundreds of milliseconds inside the kernel, where
+				// neither the cgroup freezer nor anything but a fatal signal stops it;
+				// real allocators grow in chunks and return to user space in between.
+				grow = min(grow-grow%pageSize, maxChunk)
 				// MAP_POPULATE faults every page in inside the kernel, several times faster
 				// than touching them from here: without it no ramp above ~500 MiB/s is
 				// reachable on a small VM.
