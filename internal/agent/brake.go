@@ -68,6 +68,9 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	var held *brake.Hold
 	switch {
 	case !d.Fire:
+		if as.Starved.Threshold.Hard() {
+			a.log.Info("brake not needed: graceful path", "pod", podKeyOf(victim.Pod), "signal", d.Signal, "why", d.Reason)
+		}
 	case cfg.DryRun:
 		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "dry_run").Inc()
 		a.log.Warn("dry run: brake would freeze pod", "pod", podKeyOf(victim.Pod), "signal", d.Signal, "why", d.Reason)
