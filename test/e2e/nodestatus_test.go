@@ -210,6 +210,10 @@ func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 		return cond != nil && cond.Status == corev1.ConditionTrue
 	}
 	createNamespace(t, c.Client, bestEffortNamespace)
+	// A previous scenario's memory pressure may still be within its transition period (and
+	// its pods' memory not yet returned): start from a quiet node, so the onset is this one.
+	waitNodeMemoryStatus(t, c, transition+30*time.Second, "clear of the previous scenario's memory pressure",
+		func(s nodeMemoryStatus) bool { return !s.conditionOurs && !s.taint && !standardOurs(s.standard) })
 	rec := recordNode(t, c.Client, cluster.NodeName)
 	start := time.Now()
 
