@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -109,10 +110,14 @@ func kubepodsCgroups() []string {
 	return matches
 }
 
-// removeKubepodsCgroups removes the kubelet's cgroup trees, deepest first. The processes in
-// them are gone by then (containerd's cleanup removed every sandbox).
+// removeKubepodsCgroups removes the kubelet's cgroup trees, deepest first. containerd's
+// cleanup has removed every sandbox by then, but a container being created while containerd
+// stopped leaves its `runc init` behind (parented to init, blocked on its exec fifo, seen after
+// a scenario that keeps creating pods), and a pod frozen by the brake would keep its tasks: so
+// every cgroup is thawed and whatever is left in the trees is killed first.
 func removeKubepodsCgroups() error {
 	var errs []error
+	var trees [][]string
 	for _, root := range kubepodsCgroups() {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -122,6 +127,10 @@ func removeKubepodsCgroups() error {
 			return nil
 		})
 		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		trees = append(trees, dirs)
+	}
+	killStrays(trees)
+	for _, dirs := range trees {
 		for _, d := range dirs {
 			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
@@ -129,6 +138,47 @@ func removeKubepodsCgroups() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killStrays thaws every cgroup of the trees and SIGKILLs the processes still in them, then
+// waits (bounded) until they are gone, so the cgroups can be removed.
+func killStrays(trees [][]string) {
+	pids := func() []int {
+		var out []int
+		for _, dirs := range trees {
+			for _, d := range dirs {
+				data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+				if err != nil {
+					continue
+				}
+				for _, f := range strings.Fields(string(data)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						out = append(out, pid)
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, dirs := range trees {
+		for _, d := range dirs {
+			if state := filepath.Join(d, "freezer.state"); exists(state) {
+				_ = os.WriteFile(state, []byte("THAWED"), 0o644)
+			}
+			if freeze := filepath.Join(d, "cgroup.freeze"); exists(freeze) {
+				_ = os.WriteFile(freeze, []byte("0"), 0o644)
+			}
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		left := pids()
+		if len(left) == 0 {
+			return
+		}
+		for _, pid := range left {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
 }
 
 // removeLinksInto removes the symlinks in dir that point below target.
