@@ -772,10 +772,13 @@ func checkMetricsPage(t *testing.T, d *runningDaemon) {
 		}
 	}
 	documented := documentedFamilies(t)
-	// Counters with labels exist from their first increment: these only
-	// count rare events (a failed reading, disk reclaim) that this test does not cause.
+	// Counters and histograms with labels exist from their first observation: these
+	// only count rare events (a failed reading, disk reclaim, the brake) that this test
+	// does not cause.
 	onFirstEvent := map[string]bool{"evictiond_observation_errors_total": true, "evictiond_reclaim_bytes_total": true, "evictiond_reclaim_runs_total": true,
-		"evictiond_notifier_fallback_total": true, "evictiond_notifier_wakes_total": true, "evictiond_notifier_armed": true}
+		"evictiond_notifier_fallback_total": true, "evictiond_notifier_wakes_total": true, "evictiond_notifier_armed": true,
+		// The brake's, from its first action.
+		"evictiond_brake_total": true, "evictiond_brake_crossing_to_frozen_seconds": true, "evictiond_brake_crossing_to_freed_seconds": true}
 	for _, name := range documented {
 		if !families[name] && !onFirstEvent[name] {
 			t.Errorf("metric family %s is documented in docs/metrics.md but not exposed", name)
