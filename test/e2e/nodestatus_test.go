@@ -159,6 +159,34 @@ func waitNodeMemoryStatus(t *testing.T, c *cluster.Cluster, timeout time.Duratio
 	return time.Now()
 }
 
+// waitNodeClearOfEvictiond waits until the node carries no evictiond.io taint and no True
+// condition of evictiond's, for any resource.
+func waitNodeClearOfEvictiond(t *testing.T, c *cluster.Cluster, timeout time.Duration) {
+	t.Helper()
+	var held []string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		held = nil
+		for _, taint := range n.Spec.Taints {
+			if strings.HasPrefix(taint.Key, "evictiond.io/") {
+				held = append(held, taint.Key+":"+string(taint.Effect))
+			}
+		}
+		for _, cond := range n.Status.Conditions {
+			if strings.HasPrefix(string(cond.Type), "Evictiond") && cond.Status == corev1.ConditionTrue {
+				held = append(held, string(cond.Type)+"=True")
+			}
+		}
+		return len(held) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("node: still holds evictiond's %v after %s (a previous scenario's pressure)\n--- evictiond ---\n%s", held, timeout, c.EvictiondLogTail(30))
+	}
+}
+
 // Node status scenario knobs.
 const (
 	// nodeStatusHold is how long the scenario holds the pressure.
@@ -214,6 +242,9 @@ func testNodeStatusUnderPressure(t *testing.T, c *cluster.Cluster) {
 	// its pods' memory not yet returned): start from a quiet node, so the onset is this one.
 	waitNodeMemoryStatus(t, c, transition+30*time.Second, "clear of the previous scenario's memory pressure",
 		func(s nodeMemoryStatus) bool { return !s.conditionOurs && !s.taint && !standardOurs(s.standard) })
+	// Nor may another resource's pressure (the PID scenario's, in the full suite) end while this
+	// one is held: its release would be counted as evictiond writing while the pressure holds.
+	waitNodeClearOfEvictiond(t, c, transition+30*time.Second)
 	rec := recordNode(t, c.Client, cluster.NodeName)
 	start := time.Now()
 
