@@ -220,6 +220,11 @@ func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
 	if s, r := conditionOf(node, corev1.NodeMemoryPressure); s != corev1.ConditionFalse || r != "KubeletHasSufficientMemory" {
 		t.Errorf("the kubelet's MemoryPressure was rewritten in own mode: %s/%s", s, r)
 	}
+	// The watch delivers the versions a little after the writes (seen lagging by over a
+	// second on a loaded machine): wait for the five rewrites before judging what it saw.
+	waitFor(t, 15*time.Second, "the node watch to deliver the kubelet's 5 rewrites", func() (bool, error) {
+		return len(watch.versions())-onset >= 5, nil
+	})
 	held := watch.versions()
 
 	status.SetConditions(nil)
