@@ -233,8 +233,8 @@ func TestImageGCKeepsImageOfContainerCreatedBetweenListingAndRemoval(t *testing.
 
 func TestImageGCDryRunRemovesNothing(t *testing.T) {
 	e := newCRIEnv(t, 512<<20)
-	a := e.importPadded("example.test/a:v1", padBytes)
-	b := e.importPadded("example.test/b:v1", padBytes)
+	a := e.importPadded("example.test/dry-a:v1", padBytes)
+	b := e.importPadded("example.test/dry-b:v1", padBytes)
 	r := e.newReclaimer(func(o *Options) { o.DryRun = true; o.PinnedImages = []string{e.busybox.Ref} })
 	if err := r.TrackImages(e.ctx); err != nil {
 		t.Fatal(err)
