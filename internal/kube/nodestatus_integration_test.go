@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
@@ -107,26 +109,35 @@ type nodeWatch struct {
 	seen []*corev1.Node
 }
 
+// watchNode records every version of the node from an informer (list, then watch, re-listed
+// and re-watched by client-go if the stream breaks: a bare watch stream was seen delivering
+// nothing for a whole test on a loaded machine).
 func watchNode(t testing.TB, name string) *nodeWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	if err != nil {
+	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name }))
+	nw := &nodeWatch{}
+	record := func(obj any) {
+		if node, ok := obj.(*corev1.Node); ok {
+			nw.mu.Lock()
+			nw.seen = append(nw.seen, node)
+			nw.mu.Unlock()
+		}
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
 		t.Fatal(err)
 	}
-	nw := &nodeWatch{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if node, ok := ev.Object.(*corev1.Node); ok {
-				nw.mu.Lock()
-				nw.seen = append(nw.seen, node)
-				nw.mu.Unlock()
-			}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("node informer %v did not sync", typ)
 		}
-	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	}
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	return nw
 }
 
