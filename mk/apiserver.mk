@@ -4,7 +4,7 @@
 EVICTIOND_CACHE ?= /var/cache/evictiond
 K8S_VERSION     ?= v1.35.4
 K8S_BIN         := $(EVICTIOND_CACHE)/k8s/$(K8S_VERSION)/bin
-APISERVER_PKGS  ?= ./internal/kube/... ./internal/testenv/apiserver/...
+APISERVER_PKGS  ?= ./internal/kube/... ./internal/metricsserver/... ./internal/testenv/apiserver/...
 
 DEPS  += k8s-binaries etcd-package
 TIERS += test-apiserver

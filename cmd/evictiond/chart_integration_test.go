@@ -69,11 +69,14 @@ func TestDeployChartAcceptedByAPIServer(t *testing.T) {
 		want []string
 	}{
 		{"", []string{"daemonset.apps/evictiond", "configmap/evictiond-config", "serviceaccount/evictiond",
-			"clusterrole.rbac.authorization.k8s.io/evictiond", "validatingadmissionpolicy.admissionregistration.k8s.io/evictiond-own-node-only"}},
+			"clusterrole.rbac.authorization.k8s.io/evictiond", "validatingadmissionpolicy.admissionregistration.k8s.io/evictiond-own-node-only",
+			"clusterrole.rbac.authorization.k8s.io/evictiond-metrics-reader",
+			"flowschema.flowcontrol.apiserver.k8s.io/evictiond", "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/evictiond"}},
 		{"values-full.yaml", []string{"daemonset.apps/agent", "daemonset.apps/agent-gpu", "daemonset.apps/agent-small",
 			"configmap/agent-gpu-config", "configmap/agent-small-config", "configmap/agent-dashboard", "service/agent-metrics",
 			"servicemonitor.monitoring.coreos.com/agent", "podmonitor.monitoring.coreos.com/agent",
-			"prometheusrule.monitoring.coreos.com/agent", "validatingadmissionpolicybinding.admissionregistration.k8s.io/agent-own-node-only"}},
+			"prometheusrule.monitoring.coreos.com/agent", "validatingadmissionpolicybinding.admissionregistration.k8s.io/agent-own-node-only",
+			"clusterrole.rbac.authorization.k8s.io/agent-metrics-reader", "flowschema.flowcontrol.apiserver.k8s.io/agent"}},
 		{"values-minimal.yaml", []string{"daemonset.apps/evictiond-workers", "configmap/evictiond-workers-config",
 			"podmonitor.monitoring.coreos.com/evictiond"}},
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -30,6 +29,7 @@ import (
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metrics"
+	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/monitor"
 	"github.com/evictiond/evictiond/internal/notify"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -40,11 +40,12 @@ func init() { commands["run"] = runRun }
 
 // runFlags are the daemon's command line; everything else is in the config file.
 type runFlags struct {
-	config, kubeconfig, nodeName, hostRoot, metricsAddr string
-	kubeletRoot, podLogs, imageFsDir                    string
-	cgroupDriver, cgroupRoot                            string
-	selfUID                                             string
-	dryRun, debug                                       bool
+	config, kubeconfig, nodeName, hostRoot string
+	serving                                metricsserver.Flags
+	kubeletRoot, podLogs, imageFsDir       string
+	cgroupDriver, cgroupRoot               string
+	selfUID                                string
+	dryRun, debug                          bool
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -56,7 +57,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	fs.StringVar(&f.selfUID, "pod-uid", os.Getenv("POD_UID"), "evictiond's own pod UID, never evicted (default $POD_UID)")
 	fs.StringVar(&f.hostRoot, "host-root", "", "where the host's root is mounted (e.g. /host in the DaemonSet); prefixes /proc, /sys, the kubelet root and /var/log/pods")
-	fs.StringVar(&f.metricsAddr, "metrics-address", ":9809", "address of /metrics, /healthz and /readyz")
+	f.serving.AddFlags(fs)
 	fs.StringVar(&f.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs)")
 	fs.StringVar(&f.podLogs, "pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
 	fs.StringVar(&f.imageFsDir, "image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
@@ -69,6 +70,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	}
 	if f.nodeName == "" {
 		return nil, errors.New("--node-name: value \"\": required (or $NODE_NAME)")
+	}
+	if err := f.serving.Validate(); err != nil {
+		return nil, err
 	}
 	switch f.cgroupDriver {
 	case "cgroupfs", "systemd":
@@ -129,35 +133,6 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	}
 	m := metrics.New()
 
-	// Serve from the start: /metrics at once, /healthz alive, /readyz naming
-	// the step start-up waits on (the informers wait for the API server, which
-	// may be down when the node reboots), so a slow start is not a liveness
-	// failure and the kubelet does not restart the agent in a loop.
-	lis, err := net.Listen("tcp", f.metricsAddr)
-	if err != nil {
-		return fmt.Errorf("--metrics-address %s: %w", f.metricsAddr, err)
-	}
-	var startStep atomic.Value
-	startStep.Store("configuration loaded")
-	starting := agent.Check{Name: "startup", Fn: func(context.Context) error {
-		return fmt.Errorf("starting: %s", startStep.Load())
-	}}
-	var handler atomic.Pointer[http.Handler]
-	startupHandler := agent.Handler(m.Registry, nil, []agent.Check{starting})
-	handler.Store(&startupHandler)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "err", err)
-		}
-	}()
-	cleanups = append(cleanups, func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	})
-
 	restCfg, err := restConfig(f.kubeconfig)
 	if err != nil {
 		return err
@@ -170,6 +145,29 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
+
+	// Serve from the start: /metrics at once, /healthz alive, /readyz naming
+	// the step start-up waits on (the informers wait for the API server, which
+	// may be down when the node reboots), so a slow start is not a liveness
+	// failure and the kubelet does not restart the agent in a loop.
+	var startStep atomic.Value
+	startStep.Store("configuration loaded")
+	starting := agent.Check{Name: "startup", Fn: func(context.Context) error {
+		return fmt.Errorf("starting: %s", startStep.Load())
+	}}
+	var handler atomic.Pointer[http.Handler]
+	startupHandler := agent.Handler(m.Registry, nil, []agent.Check{starting})
+	handler.Store(&startupHandler)
+	srv, err := metricsserver.Start(ctx, metricsserver.Options{Flags: f.serving, Client: client, Host: f.nodeName, Log: log,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) })})
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+	})
 
 	rc, err := reclaim.New(reclaimOptions(cfg, f, log))
 	if err != nil {
@@ -276,7 +274,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	handler.Store(&running)
 
 	log.Info("evictiond running", "config", f.config, "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun,
-		"hostRoot", f.hostRoot, "metrics", lis.Addr().String())
+		"hostRoot", f.hostRoot, "metrics", srv.MetricsAddr.String(), "health", srv.HealthAddr.String())
 	d.Run(ctx) // returns on SIGTERM
 	return nil
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
 	"github.com/evictiond/evictiond/internal/testenv/images"
@@ -211,7 +212,10 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *runningDaemon {
 	stateDir := t.TempDir()
 	cm := newConfigMapDir(t, testConfig(o.evictionHard, o.ctrd.Endpoint, stateDir, o.extra...))
 	addr := freeAddress(t)
-	f := &runFlags{config: cm.path(), kubeconfig: env.KubeconfigPath, nodeName: node, metricsAddr: addr,
+	// Plain /metrics with the probes on one address: the secure endpoint has its own
+	// tests against this API server (internal/metricsserver).
+	f := &runFlags{config: cm.path(), kubeconfig: env.KubeconfigPath, nodeName: node,
+		serving:     metricsserver.Flags{MetricsAddress: addr, HealthAddress: addr, Secure: false},
 		kubeletRoot: t.TempDir(), podLogs: t.TempDir(), imageFsDir: t.TempDir(),
 		cgroupDriver: "cgroupfs", cgroupRoot: cgroupRoot, dryRun: o.dryRun}
 	logs := &syncBuffer{}
@@ -1084,7 +1088,7 @@ func TestRunBinaryStopsOnSIGTERM(t *testing.T) {
 	addr := freeAddress(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(os.Args[0], "run", "--config", cm.path(), "--kubeconfig", env.KubeconfigPath, "--node-name", node,
-		"--metrics-address", addr, "--kubelet-root-dir", t.TempDir(), "--pod-logs-dir", t.TempDir(),
+		"--metrics-address", addr, "--health-address", addr, "--metrics-secure=false", "--kubelet-root-dir", t.TempDir(), "--pod-logs-dir", t.TempDir(),
 		"--image-fs-dir", t.TempDir(), "--cgroup-root", makeCgroupRoot(t))
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -1149,7 +1153,7 @@ func BenchmarkIdleAgent(b *testing.B) {
 	}
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "run", "--config", cfgPath, "--kubeconfig", env.KubeconfigPath, "--node-name", node,
-		"--metrics-address", addr, "--kubelet-root-dir", b.TempDir(), "--pod-logs-dir", b.TempDir(),
+		"--metrics-address", addr, "--health-address", addr, "--metrics-secure=false", "--kubelet-root-dir", b.TempDir(), "--pod-logs-dir", b.TempDir(),
 		"--image-fs-dir", b.TempDir(), "--cgroup-root", makeCgroupRoot(b))
 	cmd.Env = append(os.Environ(), extraEnv)
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -154,7 +154,7 @@ func testDiskPressure(t *testing.T, c *cluster.Cluster) {
 	} else {
 		t.Logf("filler evicted %s after the unused images were collected: %s", evictedAt.Sub(imagesGoneAt).Round(time.Millisecond), evicted[0].Message)
 	}
-	if lines, err := evictiondMetrics("evictiond_reclaim_bytes_total"); err == nil {
+	if lines, err := evictiondMetrics(c, "evictiond_reclaim_bytes_total"); err == nil {
 		t.Logf("reclaim metrics: %v", lines)
 	}
 	for _, ref := range []string{cluster.WorkloadImage("idle"), cluster.WorkloadImage("memhog"), cluster.EvictiondImage} {

@@ -5,8 +5,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -107,21 +105,15 @@ func (e *memoryEpisode) run(t *testing.T, c *cluster.Cluster, progress func(stri
 	}
 }
 
-// evictiondMetrics fetches evictiond's /metrics (it runs on the host network) and returns
-// the sample lines whose names start with one of prefixes.
-func evictiondMetrics(prefixes ...string) ([]string, error) {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://127.0.0.1:9809/metrics")
+// evictiondMetrics scrapes evictiond's /metrics with the scraper's ServiceAccount token
+// and returns the sample lines whose names start with one of prefixes.
+func evictiondMetrics(c *cluster.Cluster, prefixes ...string) ([]string, error) {
+	body, err := c.EvictiondMetrics(context.Background())
 	if err != nil {
-		return nil, fmt.Errorf("fetching evictiond metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("reading evictiond metrics: %w", err)
+		return nil, err
 	}
 	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}

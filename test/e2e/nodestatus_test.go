@@ -424,7 +424,7 @@ func testHotReload(t *testing.T, c *cluster.Cluster) {
 	bad := strings.Replace(raised, "kind: EvictionConfiguration", "kind: EvictionConfiguration\nevictionHardd: {memory.available: 1Gi}", 1)
 	setEvictiondConfig(t, c, bad)
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		lines, err := evictiondMetrics("evictiond_config_last_reload_successful")
+		lines, err := evictiondMetrics(c, "evictiond_config_last_reload_successful")
 		return err == nil && len(lines) == 1 && strings.HasSuffix(lines[0], " 0"), nil
 	})
 	if err != nil {

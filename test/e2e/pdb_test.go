@@ -144,7 +144,7 @@ func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string, want flo
 	t.Helper()
 	var last []string
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		lines, err := evictiondMetrics(series + " ")
+		lines, err := evictiondMetrics(c, series+" ")
 		if err != nil || len(lines) == 0 {
 			return false, nil
 		}

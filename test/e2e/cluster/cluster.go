@@ -120,6 +120,7 @@ type Cluster struct {
 	kubelet     *proc.Process
 	scheduler   *proc.Process
 	controllers *proc.Process
+	scraper     scraper
 }
 
 // Start boots the cluster and waits until the Node is Ready. It fails the test with the

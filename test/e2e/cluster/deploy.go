@@ -224,6 +224,7 @@ spec:
             - --config=/etc/evictiond/config.yaml
             - --host-root=/host
             - --metrics-address=:9809
+            - --health-address=:9810
             - --kubelet-root-dir=%[7]s
             - --image-fs-dir=%[8]s
             - --pod-logs-dir=%[5]s

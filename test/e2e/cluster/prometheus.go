@@ -24,7 +24,8 @@ import (
 
 // Prometheus is a Prometheus server discovering pods through the cluster's API server, with
 // the annotation-driven relabelling most clusters use (prometheus.io/scrape,
-// prometheus.io/port, prometheus.io/path). The binary is $EVICTIOND_PROMETHEUS (make test-e2e
+// prometheus.io/scheme, prometheus.io/port, prometheus.io/path), scraping with a
+// ServiceAccount token (Cluster.ScraperToken). The binary is $EVICTIOND_PROMETHEUS (make test-e2e
 // sets it to hack/prometheus.sh's build), else prometheus from PATH. Debian's package will not
 // do: it is built without Kubernetes service discovery.
 type Prometheus struct {
@@ -54,6 +55,16 @@ func (c *Cluster) StartPrometheus(t testing.TB) *Prometheus {
 	if err := os.WriteFile(tokenFile, []byte(c.Config.BearerToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Discovery with the admin token; scrapes with a ServiceAccount's, which the API server
+	// authorizes for evictiond's /metrics through deploy/'s evictiond-metrics-reader.
+	scrapeToken, err := c.ScraperToken(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scrapeTokenFile := filepath.Join(dir, "scrape-token")
+	if err := os.WriteFile(scrapeTokenFile, []byte(scrapeToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ports, err := freePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +75,9 @@ func (c *Cluster) StartPrometheus(t testing.TB) *Prometheus {
   evaluation_interval: 1s
 scrape_configs:
   - job_name: kubernetes-pods
+    # evictiond's certificate is self-signed (generated in memory by the agent).
+    tls_config: {insecure_skip_verify: true}
+    authorization: {credentials_file: %[4]q}
     kubernetes_sd_configs:
       - role: pod
         api_server: %[1]q
@@ -73,6 +87,10 @@ scrape_configs:
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
         action: keep
         regex: "true"
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scheme]
+        action: replace
+        target_label: __scheme__
+        regex: (https?)
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
         action: replace
         target_label: __metrics_path__
@@ -88,7 +106,7 @@ scrape_configs:
         target_label: pod
       - source_labels: [__meta_kubernetes_pod_node_name]
         target_label: node
-`, c.Config.Host, caFile, tokenFile)
+`, c.Config.Host, caFile, tokenFile, scrapeTokenFile)
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)

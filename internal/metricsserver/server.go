@@ -1,0 +1,191 @@
+// Package metricsserver serves evictiond's HTTP endpoints: /metrics over HTTPS,
+// its callers authenticated (TokenReview) and authorized (SubjectAccessReview on
+// the non-resource URL) by the API server like the kubelet's own /metrics; and
+// /healthz and /readyz over plain HTTP on a port of their own for the kubelet's
+// probes, which carry no credentials.
+package metricsserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Flags are the endpoints' part of the command line.
+type Flags struct {
+	MetricsAddress string
+	HealthAddress  string
+	// Secure serves /metrics over HTTPS behind the API server's authentication and
+	// authorization; false serves it plainly (scraping through a mesh that does both).
+	Secure   bool
+	CertFile string
+	KeyFile  string
+}
+
+// AddFlags registers the flags with their defaults.
+func (f *Flags) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&f.MetricsAddress, "metrics-address", ":9809", "address of /metrics: HTTPS, callers authenticated and authorized by the API server (get on nonResourceURL /metrics), unless --metrics-secure=false")
+	fs.StringVar(&f.HealthAddress, "health-address", ":9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false)")
+	fs.BoolVar(&f.Secure, "metrics-secure", true, "serve /metrics over HTTPS with authentication and authorization; false serves it over plain HTTP to anyone who can reach the port (for scraping through a mesh)")
+	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serving certificate of /metrics (PEM, reloaded on change, e.g. a mounted Secret); empty: a self-signed certificate generated in memory and renewed before it expires")
+	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "private key of --tls-cert-file")
+}
+
+// Validate checks the flags against each other.
+func (f *Flags) Validate() error {
+	if (f.CertFile == "") != (f.KeyFile == "") {
+		return fmt.Errorf("--tls-cert-file %q, --tls-private-key-file %q: give both or neither", f.CertFile, f.KeyFile)
+	}
+	if f.Secure && f.HealthAddress == f.MetricsAddress {
+		return fmt.Errorf("--health-address: value %q: must differ from --metrics-address while /metrics is served over HTTPS (--metrics-secure=true); the kubelet's probes are plain HTTP", f.HealthAddress)
+	}
+	if !f.Secure && f.CertFile != "" {
+		return fmt.Errorf("--tls-cert-file: value %q: needs --metrics-secure=true", f.CertFile)
+	}
+	return nil
+}
+
+// Options for Start.
+type Options struct {
+	Flags
+	// Handler serves /metrics, /healthz and /readyz; each listener passes on only its paths.
+	Handler http.Handler
+	// Client asks the API server to authenticate and authorize scrapers (Secure only).
+	Client kubernetes.Interface
+	// Host names the self-signed certificate (the node's name).
+	Host string
+	Log  *slog.Logger
+	// Now is the clock of the self-signed certificate's renewal; default time.Now.
+	Now func() time.Time
+}
+
+// Server is the running endpoints.
+type Server struct {
+	// MetricsAddr and HealthAddr are the bound addresses (the same when shared).
+	MetricsAddr, HealthAddr net.Addr
+	servers                 []*http.Server
+}
+
+// Start listens on both addresses and serves until Shutdown. Listening errors are
+// returned at once; ctx ends the certificate file watch.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	metrics := http.NewServeMux()
+	metrics.Handle("/metrics", o.Handler)
+	health := http.NewServeMux()
+	health.Handle("/healthz", o.Handler)
+	health.Handle("/readyz", o.Handler)
+
+	s := &Server{}
+	if !o.Secure {
+		if o.MetricsAddress == o.HealthAddress {
+			metrics.Handle("/healthz", o.Handler)
+			metrics.Handle("/readyz", o.Handler)
+			lis, err := s.listen("--metrics-address", o.MetricsAddress)
+			if err != nil {
+				return nil, err
+			}
+			s.MetricsAddr, s.HealthAddr = lis.Addr(), lis.Addr()
+			s.serve(lis, metrics, nil, o.Log)
+			return s, nil
+		}
+		lis, err := s.listen("--metrics-address", o.MetricsAddress)
+		if err != nil {
+			return nil, err
+		}
+		s.MetricsAddr = lis.Addr()
+		s.serve(lis, metrics, nil, o.Log)
+	} else {
+		if o.Client == nil {
+			return nil, errors.New("metrics server: --metrics-secure needs an API client for TokenReview and SubjectAccessReview")
+		}
+		d, err := NewDelegated(o.Client)
+		if err != nil {
+			return nil, err
+		}
+		getCert, err := certificate(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		lis, err := s.listen("--metrics-address", o.MetricsAddress)
+		if err != nil {
+			return nil, err
+		}
+		s.MetricsAddr = lis.Addr()
+		s.serve(lis, d.Wrap(metrics, o.Log), &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}, o.Log)
+	}
+	lis, err := s.listen("--health-address", o.HealthAddress)
+	if err != nil {
+		s.Shutdown(context.Background())
+		return nil, err
+	}
+	s.HealthAddr = lis.Addr()
+	s.serve(lis, health, nil, o.Log)
+	return s, nil
+}
+
+func certificate(ctx context.Context, o Options) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if o.CertFile != "" {
+		f, err := newFromFiles(ctx, o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		return f.GetCertificate, nil
+	}
+	host := o.Host
+	if host == "" {
+		host = "evictiond"
+	}
+	s, err := newSelfSigned(host, selfSignedValidity, o.Now, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetCertificate, nil
+}
+
+func (s *Server) listen(flagName, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flagName, addr, err)
+	}
+	return lis, nil
+}
+
+func (s *Server) serve(lis net.Listener, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) {
+	// Failed handshakes (port scanners, plain HTTP to the HTTPS port) are the caller's
+	// problem: debug level.
+	srv := &http.Server{Handler: h, TLSConfig: tlsConfig, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	s.servers = append(s.servers, srv)
+	go func() {
+		var err error
+		if tlsConfig != nil {
+			err = srv.ServeTLS(lis, "", "")
+		} else {
+			err = srv.Serve(lis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", "address", lis.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// Shutdown stops both listeners, waiting for requests in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) {
+	for _, srv := range s.servers {
+		_ = srv.Shutdown(ctx)
+	}
+}

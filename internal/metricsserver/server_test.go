@@ -1,0 +1,211 @@
+package metricsserver
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	certutil "k8s.io/client-go/util/cert"
+)
+
+func TestFlagsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		f       Flags
+		wantErr string
+	}{
+		{"defaults", Flags{MetricsAddress: ":9809", HealthAddress: ":9810", Secure: true}, ""},
+		{"mounted certificate", Flags{MetricsAddress: ":9809", HealthAddress: ":9810", Secure: true, CertFile: "c", KeyFile: "k"}, ""},
+		{"plain, one port", Flags{MetricsAddress: ":9809", HealthAddress: ":9809"}, ""},
+		{"secure, one port", Flags{MetricsAddress: ":9809", HealthAddress: ":9809", Secure: true}, `--health-address: value ":9809": must differ`},
+		{"certificate without key", Flags{MetricsAddress: ":9809", HealthAddress: ":9810", Secure: true, CertFile: "c"}, "give both or neither"},
+		{"certificate but plain", Flags{MetricsAddress: ":9809", HealthAddress: ":9810", CertFile: "c", KeyFile: "k"}, "needs --metrics-secure=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.f.Validate()
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("Validate() = %v, want nil", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSelfSignedCertificateIsRenewedAfterTwoThirdsOfItsLifetime(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s, err := newSelfSigned("node-a", 90*time.Hour, clock, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Leaf.DNSNames; len(got) != 1 || got[0] != "node-a" {
+		t.Errorf("DNS names %v, want [node-a]", got)
+	}
+	now = now.Add(59 * time.Hour)
+	if same, _ := s.GetCertificate(nil); same != first {
+		t.Fatalf("certificate replaced after 59 of 90 hours")
+	}
+	now = now.Add(2 * time.Hour)
+	renewed, err := s.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+		t.Fatalf("certificate not renewed after 61 of 90 hours")
+	}
+	if again, _ := s.GetCertificate(nil); again != renewed {
+		t.Errorf("certificate replaced again right after its renewal")
+	}
+}
+
+// A plain configuration on two ports: each port answers only its own paths, so the
+// probes' port never serves /metrics.
+func TestEachAddressServesOnlyItsPaths(t *testing.T) {
+	// Two spellings of loopback: equal addresses would share one listener.
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0"}})
+	metrics, health := "http://"+s.MetricsAddr.String(), "http://"+s.HealthAddr.String()
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{
+		{metrics + "/metrics", 200},
+		{metrics + "/healthz", 404},
+		{metrics + "/readyz", 404},
+		{health + "/healthz", 200},
+		{health + "/readyz", 200},
+		{health + "/metrics", 404},
+	} {
+		if got := get(t, http.DefaultClient, tc.url, ""); got != tc.want {
+			t.Errorf("GET %s: %d, want %d", tc.url, got, tc.want)
+		}
+	}
+}
+
+// --metrics-secure=false with both addresses equal: one plain listener for all three paths
+// (how the agent served before /metrics was secured).
+func TestPlainOnOneAddressServesEverything(t *testing.T) {
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0"}})
+	if s.MetricsAddr.String() != s.HealthAddr.String() {
+		t.Fatalf("metrics on %s, health on %s: want one listener", s.MetricsAddr, s.HealthAddr)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if got := get(t, http.DefaultClient, "http://"+s.MetricsAddr.String()+path, ""); got != 200 {
+			t.Errorf("GET %s: %d, want 200", path, got)
+		}
+	}
+}
+
+// A mounted certificate (a Secret volume) is served, and its replacement is picked up
+// without a restart.
+func TestMountedCertificateIsReloadedWhenTheFilesChange(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writePair := func() *x509.Certificate {
+		certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("evictiond.example", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each file replaced whole, as the kubelet updates a Secret volume.
+		for file, data := range map[string][]byte{keyFile: keyPEM, certFile: certPEM} {
+			if err := os.WriteFile(file+".new", data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(file+".new", file); err != nil {
+				t.Fatal(err)
+			}
+		}
+		certs, err := certutil.ParseCertsPEM(certPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certs[0]
+	}
+	first := writePair()
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
+		Client: fake.NewClientset()})
+	if got := servedSerial(t, s.MetricsAddr.String()); got != first.SerialNumber.String() {
+		t.Fatalf("served certificate serial %s, want the mounted one %s", got, first.SerialNumber)
+	}
+	second := writePair()
+	deadline := time.Now().Add(time.Minute)
+	for servedSerial(t, s.MetricsAddr.String()) != second.SerialNumber.String() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replaced certificate (serial %s) was not served within a minute", second.SerialNumber)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestStartRefusesABadMountedCertificate(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for _, f := range []string{certFile, keyFile} {
+		if err := os.WriteFile(f, []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Start(context.Background(), Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
+		Client: fake.NewClientset(), Handler: http.NotFoundHandler(), Log: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file "+certFile) {
+		t.Fatalf("Start with a certificate that is not PEM: %v, want an error naming --tls-cert-file", err)
+	}
+}
+
+func start(t *testing.T, o Options) *Server {
+	t.Helper()
+	if o.Handler == nil {
+		o.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok "+r.URL.Path) })
+	}
+	o.Log = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := Start(ctx, o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); s.Shutdown(context.Background()) })
+	return s
+}
+
+func get(t *testing.T, c *http.Client, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+func servedSerial(t *testing.T, addr string) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("TLS handshake with %s: %v", addr, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
