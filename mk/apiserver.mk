@@ -4,12 +4,12 @@
 EVICTIOND_CACHE ?= /var/cache/evictiond
 K8S_VERSION     ?= v1.35.4
 K8S_BIN         := $(EVICTIOND_CACHE)/k8s/$(K8S_VERSION)/bin
-APISERVER_PKGS  ?= ./internal/kube/... ./internal/metricsserver/... ./internal/testenv/apiserver/...
+APISERVER_PKGS  ?= ./internal/kube/... ./internal/metricsserver/... ./internal/testenv/apiserver/... ./test/apf/...
 
 DEPS  += k8s-binaries etcd-package
 TIERS += test-apiserver
 
-.PHONY: k8s-binaries etcd-package test-apiserver bench-apiserver
+.PHONY: k8s-binaries etcd-package test-apiserver bench-apiserver bench-apf
 
 k8s-binaries:
 	EVICTIOND_CACHE=$(EVICTIOND_CACHE) K8S_VERSION=$(K8S_VERSION) ./hack/k8s-binaries.sh
@@ -26,3 +26,11 @@ test-apiserver: k8s-binaries etcd-package cri-packages
 # node-scoped informer sync with and without pods elsewhere) and the pure node status path.
 bench-apiserver: k8s-binaries etcd-package cri-packages
 	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -run='^$$' -bench=. -benchmem -benchtime=100x ./internal/kube/...
+
+# make bench-apf: the latency of the agent's evictions while a workload's request loops
+# saturate the API server's workload-low priority level, without and with
+# deploy/flowcontrol.yaml (the test in test/apf asserts the classification; this prints
+# the figures it logs).
+bench-apf: k8s-binaries etcd-package
+	@EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 10m -v -run '^TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema$$' ./test/apf/ \
+		| grep -E 'eviction latency|competing load|^(--- |FAIL|ok|PASS)'
