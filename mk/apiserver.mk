@@ -32,5 +32,6 @@ bench-apiserver: k8s-binaries etcd-package cri-packages
 # deploy/flowcontrol.yaml (the test in test/apf asserts the classification; this prints
 # the figures it logs).
 bench-apf: k8s-binaries etcd-package
-	@EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 10m -v -run '^TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema$$' ./test/apf/ \
-		| grep -E 'eviction latency|competing load|^(--- |FAIL|ok|PASS)'
+	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 10m -v \
+		-run '^TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema$$' ./test/apf/ \
+		| grep --line-buffered -E 'eviction latency|competing load|^(--- |FAIL|ok|PASS)'"
