@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -261,6 +262,14 @@ patches:
   - path: run-paths.yaml
 `, overlay)
 	files := map[string]string{"kustomization.yaml": kustomization, "run-paths.yaml": patch}
+	capsPatch, err := runtimeCapabilitiesPatch(repoRoot)
+	if err != nil {
+		return nil, err
+	}
+	if capsPatch != "" {
+		files["capabilities.yaml"] = capsPatch
+		files["kustomization.yaml"] += "  - path: capabilities.yaml\n"
+	}
 	if config != "" {
 		cm := map[string]any{
 			"apiVersion": "v1",
@@ -434,4 +443,71 @@ func (c *Cluster) EvictiondLogTail(n int) string {
 		return fmt.Sprintf("(no evictiond log: %v)", err)
 	}
 	return proc.Tail(path, n)
+}
+
+// runtimeCapabilitiesPatch returns a patch that leaves out of deploy/'s added capabilities
+// those this machine's container runtime does not hold, or "" when it holds them all (then
+// the agent runs with exactly the shipped securityContext). runc cannot give a container a
+// capability outside its own bounding set ("unable to apply caps: operation not
+// permitted"): a machine whose root lacks CAP_SYS_RESOURCE (as this project's test machines
+// do) could not start the agent at all. Without CAP_SYS_RESOURCE the agent's PSI triggers
+// fall back to 2 s windows (internal/notify), which the scenarios do not depend on.
+func runtimeCapabilitiesPatch(repoRoot string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "daemonset.yaml"))
+	if err != nil {
+		return "", fmt.Errorf("reading deploy/daemonset.yaml: %w", err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(data, &ds); err != nil {
+		return "", fmt.Errorf("decoding deploy/daemonset.yaml: %w", err)
+	}
+	var shipped []corev1.Capability
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "evictiond" && c.SecurityContext != nil && c.SecurityContext.Capabilities != nil {
+			shipped = c.SecurityContext.Capabilities.Add
+		}
+	}
+	bounding, err := boundingCapabilities()
+	if err != nil {
+		return "", err
+	}
+	var keep []corev1.Capability
+	for _, c := range shipped {
+		if bit, ok := capabilityBits[c]; !ok || bounding&(1<<bit) != 0 {
+			keep = append(keep, c)
+		}
+	}
+	if len(keep) == len(shipped) {
+		return "", nil
+	}
+	patch := map[string]any{
+		"apiVersion": "apps/v1", "kind": "DaemonSet",
+		"metadata": map[string]any{"name": EvictiondDaemonSet, "namespace": EvictiondNamespace},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
+			"name": "evictiond", "securityContext": map[string]any{"capabilities": map[string]any{"add": keep}},
+		}}}}},
+	}
+	out, err := yaml.Marshal(patch)
+	if err != nil {
+		return "", fmt.Errorf("encoding the capabilities patch: %w", err)
+	}
+	return string(out), nil
+}
+
+// capabilityBits are the capabilities deploy/ adds, by their bit in /proc/<pid>/status.
+var capabilityBits = map[corev1.Capability]uint{"KILL": unix.CAP_KILL, "DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH, "SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
+
+// boundingCapabilities is this process's capability bounding set; the test runs as the
+// root that starts containerd, so the runtime's is the same.
+func boundingCapabilities() (uint64, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return 0, errors.New("/proc/self/status has no CapBnd line")
 }
