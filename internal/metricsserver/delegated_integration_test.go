@@ -107,18 +107,18 @@ func TestMetricsNeedATokenTheAPIServerAuthorizes(t *testing.T) {
 		{"a ServiceAccount without the ClusterRole", stranger, http.StatusForbidden, "user=system:serviceaccount:evictiond-system:stranger, verb=get, path=/metrics"},
 		{"a ServiceAccount bound to evictiond-metrics-reader", scraper, http.StatusOK, "evictiond_test_up 0"},
 	} {
-		code, body := scrape(t, client, url, tc.token)
+		code, body := get(t, client, url, tc.token)
 		if code != tc.want || !strings.Contains(body, tc.wantBody) {
 			t.Errorf("%s: HTTP %d %q, want %d containing %q", tc.who, code, body, tc.want, tc.wantBody)
 		}
 	}
-	if code, body := scrape(t, http.DefaultClient, "http://"+srv.MetricsAddr.String()+"/metrics", scraper); code != http.StatusBadRequest {
+	if code, body := get(t, http.DefaultClient, "http://"+srv.MetricsAddr.String()+"/metrics", scraper); code != http.StatusBadRequest {
 		t.Errorf("plain HTTP to the HTTPS port: %d %q, want 400", code, body)
 	}
-	if code, body := scrape(t, http.DefaultClient, "http://"+srv.HealthAddr.String()+"/healthz", ""); code != http.StatusOK {
+	if code, body := get(t, http.DefaultClient, "http://"+srv.HealthAddr.String()+"/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz without a token (the kubelet's probe): %d %q, want 200", code, body)
 	}
-	if code, _ := scrape(t, http.DefaultClient, "http://"+srv.HealthAddr.String()+"/metrics", ""); code != http.StatusNotFound {
+	if code, _ := get(t, http.DefaultClient, "http://"+srv.HealthAddr.String()+"/metrics", ""); code != http.StatusNotFound {
 		t.Errorf("/metrics on the plain health port: %d, want 404", code)
 	}
 }
@@ -148,24 +148,6 @@ func waitAllowed(t *testing.T, user string) {
 	if err != nil {
 		t.Fatalf("%s not allowed get /metrics within 30 s of the binding: %v", user, err)
 	}
-}
-
-func scrape(t *testing.T, c *http.Client, url, token string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 type testWriter struct{ t *testing.T }

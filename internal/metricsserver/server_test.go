@@ -90,7 +90,7 @@ func TestEachAddressServesOnlyItsPaths(t *testing.T) {
 		{health + "/readyz", 200},
 		{health + "/metrics", 404},
 	} {
-		if got := get(t, http.DefaultClient, tc.url, ""); got != tc.want {
+		if got, _ := get(t, http.DefaultClient, tc.url, ""); got != tc.want {
 			t.Errorf("GET %s: %d, want %d", tc.url, got, tc.want)
 		}
 	}
@@ -104,7 +104,7 @@ func TestPlainOnOneAddressServesEverything(t *testing.T) {
 		t.Fatalf("metrics on %s, health on %s: want one listener", s.MetricsAddr, s.HealthAddr)
 	}
 	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-		if got := get(t, http.DefaultClient, "http://"+s.MetricsAddr.String()+path, ""); got != 200 {
+		if got, _ := get(t, http.DefaultClient, "http://"+s.MetricsAddr.String()+path, ""); got != 200 {
 			t.Errorf("GET %s: %d, want 200", path, got)
 		}
 	}
@@ -182,7 +182,8 @@ func start(t *testing.T, o Options) *Server {
 	return s
 }
 
-func get(t *testing.T, c *http.Client, url, token string) int {
+// get fetches url, with a bearer token when token is set, and returns the status and body.
+func get(t *testing.T, c *http.Client, url, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -196,8 +197,8 @@ func get(t *testing.T, c *http.Client, url, token string) int {
 		t.Fatalf("GET %s: %v", url, err)
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 func servedSerial(t *testing.T, addr string) string {
