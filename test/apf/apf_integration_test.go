@@ -1,10 +1,10 @@
 //go:build integration
 
 // Package apf_test proves deploy/flowcontrol.yaml against a real kube-apiserver with API
-// Priority and Fairness on: while a workload's request loops saturate the priority level
-// ServiceAccounts fall into (workload-low), the agent's evictions wait in that level's
-// queues without the FlowSchema, and with it they are classified into evictiond's own
-// level and dispatched without queueing.
+// Priority and Fairness on: while the request loops of many workloads' ServiceAccounts
+// saturate the priority level ServiceAccounts fall into (workload-low), the agent's
+// evictions wait there for their fair turn without the FlowSchema; with it they are
+// classified into evictiond's own level and dispatched as they arrive.
 package apf_test
 
 import (
@@ -48,7 +48,8 @@ var apfArgs = []string{"--enable-priority-and-fairness=true", "--max-requests-in
 const (
 	agentNamespace = "evictiond-system"
 	agentSA        = "evictiond"
-	tenant         = "apf-tenant" // the competing workload's namespace and ServiceAccount
+	tenant         = "apf-tenant" // the competing workloads' namespace
+	tenants        = 40           // workloads, each a ServiceAccount of its own: a flow of its own in APF
 	victims        = "apf-victims"
 	nodeName       = "apf-node"
 )
@@ -97,10 +98,11 @@ func TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema(t *testing.T) {
 	agent := kubernetes.NewForConfigOrDie(agentCfg)
 
 	workloadLow := plcUID(t, "workload-low")
-	load := startLoad(t, 40)
+	load := startLoad(t)
 	defer load.stop()
-	waitFor(t, "the tenant's loops to queue in workload-low", func(context.Context) bool {
-		return apfCounts(t).enqueued["workload-low"] > 0
+	start := apfCounts(t)
+	waitFor(t, "the tenants' requests to wait in workload-low", func(context.Context) bool {
+		return apfCounts(t).waitedLong["workload-low"] > start.waitedLong["workload-low"]
 	})
 
 	const evictions = 15
@@ -124,7 +126,7 @@ func TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema(t *testing.T) {
 	after := apfCounts(t)
 	served, rejected := load.stop()
 
-	t.Logf("competing load: %d LIST requests served, %d rejected (429) as %s/%s", served, rejected, tenant, tenant)
+	t.Logf("competing load: %d LIST requests served, %d rejected (429), from %d ServiceAccounts of namespace %s", served, rejected, tenants, tenant)
 	t.Logf("eviction latency under the competing load, without the FlowSchema: %s", without.summary())
 	t.Logf("eviction latency under the competing load, with the FlowSchema:    %s", with.summary())
 
@@ -135,11 +137,11 @@ func TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema(t *testing.T) {
 			break
 		}
 	}
-	if d := afterWithout.enqueued["workload-low"] - before.enqueued["workload-low"]; d == 0 {
-		t.Errorf("no request waited in workload-low's queues during the evictions without the FlowSchema: the level was not saturated")
+	if d := afterWithout.waitedLong["workload-low"] - before.waitedLong["workload-low"]; d == 0 {
+		t.Errorf("no request waited over %v in workload-low during the evictions without the FlowSchema: the level was not saturated", longWait)
 	}
-	// With: every eviction in evictiond's level, none of them queued or rejected, while
-	// workload-low stays saturated.
+	// With: every eviction in evictiond's level, dispatched as it arrived and none
+	// rejected, while workload-low stays saturated.
 	for _, c := range with.classes {
 		if c.priorityLevel != string(evictiondPL) || c.flowSchema != string(evictiondFS) {
 			t.Errorf("with the FlowSchema an eviction was classified as flow schema %s / priority level %s, want evictiond (%s / %s)",
@@ -153,37 +155,41 @@ func TestEvictionsBypassSaturatedWorkloadLevelWithTheFlowSchema(t *testing.T) {
 	if d := after.dispatched["evictiond"] - beforeWith.dispatched["evictiond"]; d < evictions {
 		t.Errorf("priority level evictiond dispatched %v requests during the evictions, want at least %d", d, evictions)
 	}
-	if d := after.enqueued["evictiond"] - beforeWith.enqueued["evictiond"]; d != 0 {
-		t.Errorf("%v of the agent's requests waited in evictiond's queues; want none (dispatched at once)", d)
+	if d := after.waited["evictiond"] - beforeWith.waited["evictiond"]; d != 0 {
+		t.Errorf("%v of the agent's requests waited over %v in evictiond's queues (APF's measurement); want none: nothing else uses the level", d, noWait)
 	}
 	if d := after.rejected["evictiond"] - beforeWith.rejected["evictiond"]; d != 0 {
 		t.Errorf("%v of the agent's requests were rejected by priority level evictiond", d)
 	}
-	if d := after.enqueued["workload-low"] - beforeWith.enqueued["workload-low"]; d == 0 {
-		t.Errorf("no request waited in workload-low's queues during the evictions with the FlowSchema: the level was not saturated")
+	if d := after.waitedLong["workload-low"] - beforeWith.waitedLong["workload-low"]; d == 0 {
+		t.Errorf("no request waited over %v in workload-low during the evictions with the FlowSchema: the level was not saturated", longWait)
 	}
 }
 
-// setUpTenant creates the competing workload: a ServiceAccount allowed to list the
-// ConfigMaps of its namespace, which holds enough of them that each list takes a while.
+// setUpTenant creates the competing workloads: ServiceAccounts allowed to list the
+// ConfigMaps of their namespace, which holds enough of them that each list takes a while.
 func setUpTenant(t *testing.T) {
 	ctx := context.Background()
 	must(t, errOf(env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}}, metav1.CreateOptions{})))
-	must(t, errOf(env.Client.CoreV1().ServiceAccounts(tenant).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tenant}}, metav1.CreateOptions{})))
+	for i := range tenants {
+		must(t, errOf(env.Client.CoreV1().ServiceAccounts(tenant).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tenantName(i)}}, metav1.CreateOptions{})))
+	}
 	must(t, errOf(env.Client.RbacV1().Roles(tenant).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "list-configmaps"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{})))
 	must(t, errOf(env.Client.RbacV1().RoleBindings(tenant).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "list-configmaps"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "list-configmaps"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: tenant, Name: tenant}}}, metav1.CreateOptions{})))
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + tenant}}}, metav1.CreateOptions{})))
 	value := strings.Repeat("x", 16<<10)
-	for i := range 100 {
+	for i := range 200 {
 		must(t, errOf(env.Client.CoreV1().ConfigMaps(tenant).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%03d", i)},
 			Data: map[string]string{"v": value}}, metav1.CreateOptions{})))
 	}
 }
 
-// load is the tenant's bounded request loops: each lists the namespace's ConfigMaps
-// (1.6 MB) again and again until stopped, on loopback against the test API server only.
+func tenantName(i int) string { return fmt.Sprintf("workload-%02d", i) }
+
+// load is the tenants' bounded request loops: each lists the namespace's ConfigMaps
+// (3.2 MB) again and again until stopped, on loopback against the test API server only.
 type load struct {
 	cancel             context.CancelFunc
 	wg                 sync.WaitGroup
@@ -192,20 +198,22 @@ type load struct {
 	servedN, rejectedN int64
 }
 
-func startLoad(t *testing.T, workers int) *load {
-	cfg, err := env.ServiceAccountConfig(context.Background(), tenant, tenant, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := rest.TransportFor(cfg) // no client-side rate limit or retries: raw pressure
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: tr, Timeout: time.Minute}
-	url := cfg.Host + "/api/v1/namespaces/" + tenant + "/configmaps"
+func startLoad(t *testing.T) *load {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{cancel: cancel}
-	for range workers {
+	for i := range tenants {
+		cfg, err := env.ServiceAccountConfig(context.Background(), tenant, tenantName(i), nil)
+		if err != nil {
+			l.stop()
+			t.Fatal(err)
+		}
+		tr, err := rest.TransportFor(cfg) // no client-side rate limit or retries: raw pressure
+		if err != nil {
+			l.stop()
+			t.Fatal(err)
+		}
+		client := &http.Client{Transport: tr, Timeout: time.Minute}
+		url := cfg.Host + "/api/v1/namespaces/" + tenant + "/configmaps"
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -322,9 +330,20 @@ func evictPods(t *testing.T, agent kubernetes.Interface, seen *classifications, 
 	return run
 }
 
+// What APF's own wait measurement (apiserver_flowcontrol_request_wait_duration_seconds,
+// from arrival in the priority level to dispatch) calls no wait and a long one: bucket
+// bounds of that histogram, far apart.
+const (
+	noWait   = 20 * time.Millisecond
+	longWait = 200 * time.Millisecond
+)
+
 // apfState is the API server's APF counters by priority level.
 type apfState struct {
-	enqueued, dispatched, rejected map[string]float64
+	// waited and waitedLong count dispatched requests that waited longer than noWait and
+	// longWait.
+	waited, waitedLong   map[string]float64
+	dispatched, rejected map[string]float64
 }
 
 func apfCounts(t *testing.T) apfState {
@@ -342,19 +361,39 @@ func apfCounts(t *testing.T) apfState {
 		out := map[string]float64{}
 		if f := families[name]; f != nil {
 			for _, m := range f.Metric {
+				level, executed := "", true
 				for _, l := range m.Label {
-					if l.GetName() == "priority_level" {
-						out[l.GetValue()] += value(m)
+					switch l.GetName() {
+					case "priority_level":
+						level = l.GetValue()
+					case "execute":
+						executed = l.GetValue() == "true"
 					}
+				}
+				if level != "" && executed {
+					out[level] += value(m)
 				}
 			}
 		}
 		return out
 	}
+	longerThan := func(d time.Duration) func(*dto.Metric) float64 {
+		return func(m *dto.Metric) float64 {
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == d.Seconds() {
+					return float64(h.GetSampleCount() - b.GetCumulativeCount())
+				}
+			}
+			t.Fatalf("apiserver_flowcontrol_request_wait_duration_seconds has no bucket %v", d)
+			return 0
+		}
+	}
 	counter := func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
+	const wait = "apiserver_flowcontrol_request_wait_duration_seconds"
 	return apfState{
-		// Observed only for requests that had to wait in a queue (dispatched at once: none).
-		enqueued:   byLevel("apiserver_flowcontrol_request_queue_length_after_enqueue", func(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }),
+		waited:     byLevel(wait, longerThan(noWait)),
+		waitedLong: byLevel(wait, longerThan(longWait)),
 		dispatched: byLevel("apiserver_flowcontrol_dispatched_requests_total", counter),
 		rejected:   byLevel("apiserver_flowcontrol_rejected_requests_total", counter),
 	}
