@@ -372,12 +372,12 @@ func setNodeStatusMode(t *testing.T, c *cluster.Cluster, mode string) {
 		t.Fatal(err)
 	}
 	original := cm.Data["config.yaml"]
-	lines, _ := evictiondMetrics(`evictiond_config_reloads_total{result="success"}`)
+	lines, _ := evictiondMetrics(c, `evictiond_config_reloads_total{result="success"}`)
 	before := strings.Join(lines, "")
 	setEvictiondConfig(t, c, original+fmt.Sprintf("nodeStatus: {conditions: %s}\n", mode))
 	t.Cleanup(func() { setEvictiondConfig(t, c, original) })
 	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		lines, err := evictiondMetrics(`evictiond_config_reloads_total{result="success"}`)
+		lines, err := evictiondMetrics(c, `evictiond_config_reloads_total{result="success"}`)
 		return err == nil && strings.Join(lines, "") != before, nil
 	})
 	if err != nil {
