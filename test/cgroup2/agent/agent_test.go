@@ -216,7 +216,7 @@ reclaim:
 		t.Fatalf("%s is not set: the host test puts the evictiond binary into the VM", BinaryEnv)
 	}
 	n.agent = exec.Command(bin, "run", "--config", cfgPath, "--kubeconfig", c.kubeconfig, "--node-name", name,
-		"--metrics-address", n.metrics, "--kubelet-root-dir", filepath.Join(dir, "kubelet"),
+		"--metrics-address", n.metrics, "--health-address", n.metrics, "--metrics-secure=false", "--kubelet-root-dir", filepath.Join(dir, "kubelet"),
 		"--pod-logs-dir", filepath.Join(dir, "pods"), "--image-fs-dir", filepath.Join(dir, "images"),
 		"--cgroup-driver", "cgroupfs")
 	n.agent.Stdout, n.agent.Stderr = logFile, logFile
