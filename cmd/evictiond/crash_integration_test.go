@@ -92,7 +92,7 @@ func (r *crashRig) start(t *testing.T, noWait bool) *agentProc {
 	addr := freeAddress(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(os.Args[0], "run", "--config", r.cm.path(), "--kubeconfig", env.KubeconfigPath, "--node-name", r.node,
-		"--metrics-address", addr, "--kubelet-root-dir", r.kubeletRoot, "--pod-logs-dir", r.podLogs,
+		"--metrics-address", addr, "--health-address", addr, "--metrics-secure=false", "--kubelet-root-dir", r.kubeletRoot, "--pod-logs-dir", r.podLogs,
 		"--image-fs-dir", r.imageFs, "--cgroup-root", r.cgGrp, "--debug")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	cmd.Stdout, cmd.Stderr = logs, logs
