@@ -59,7 +59,7 @@ func TestSoak(t *testing.T) {
 	}
 	original := cm.Data["config.yaml"]
 
-	s := &soakSampler{podUID: pod.UID}
+	s := &soakSampler{podUID: pod.UID, cluster: c}
 	if s.pid, err = s.findPID(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,8 @@ type soakSample struct {
 }
 
 type soakSampler struct {
-	podUID types.UID
+	podUID  types.UID
+	cluster *cluster.Cluster // scrapes evictiond's /metrics with the scraper's token
 
 	mu           sync.Mutex
 	pid          int
@@ -248,7 +249,7 @@ func (s *soakSampler) sample(quiet bool) {
 	}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	x.fds = len(fds)
-	lines, err := evictiondMetrics("go_goroutines ")
+	lines, err := evictiondMetrics(s.cluster, "go_goroutines ")
 	if err != nil || len(lines) != 1 {
 		return // the metrics endpoint is busy or restarting; skip this one
 	}
@@ -391,18 +392,18 @@ func soakPIDEpisode(t *testing.T, c *cluster.Cluster, original string, i int) {
 // soakReload applies the configuration again with a changed comment: a
 // reload the agent must take without restarting.
 func soakReload(t *testing.T, c *cluster.Cluster, original string, i int) {
-	before := reloadCount()
+	before := reloadCount(c)
 	setEvictiondConfig(t, c, original+fmt.Sprintf("# soak reload %d\n", i))
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-		return reloadCount() > before, nil
+		return reloadCount(c) > before, nil
 	})
 	if err != nil {
 		t.Errorf("ConfigMap edit not reloaded within 90s (reloads_total{result=\"success\"} stayed %v)", before)
 	}
 }
 
-func reloadCount() float64 {
-	lines, err := evictiondMetrics(`evictiond_config_reloads_total{result="success"} `)
+func reloadCount(c *cluster.Cluster) float64 {
+	lines, err := evictiondMetrics(c, `evictiond_config_reloads_total{result="success"} `)
 	if err != nil || len(lines) != 1 {
 		return -1
 	}
