@@ -121,7 +121,8 @@ const HelmRelease = "evictiond"
 // change in deploy/, as the chart's values (image pull policy Never, no mount propagation,
 // the API server on loopback, the private containerd's socket directory, the kubelet's
 // directories, the e2e EvictionConfiguration of test/e2e/overlay/configmap-patch.yaml, or
-// config when set, as configYAML).
+// config when set, as configYAML), and the chart's securityContext without the capabilities
+// this machine's runtime lacks (runtimeCapabilities).
 func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 	apiPort, err := c.apiPort()
 	if err != nil {
@@ -140,7 +141,7 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 		}
 		config = cm.Data["config.yaml"]
 	}
-	return map[string]any{
+	values := map[string]any{
 		"image": map[string]any{"pullPolicy": "Never"},
 		// Verbatim, as the overlay has it: `config` would be deep-merged with the chart's
 		// default thresholds, and the scenarios edit this text.
@@ -157,7 +158,15 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 			{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
 			{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
 		},
-	}, nil
+	}
+	keep, reduced, err := runtimeCapabilities(repoRoot)
+	if err != nil {
+		return nil, err
+	}
+	if reduced { // Helm deep-merges maps: only the list changes
+		values["securityContext"] = map[string]any{"capabilities": map[string]any{"add": keep}}
+	}
+	return values, nil
 }
 
 // HelmInstallEvictiond runs `helm install` of charts/evictiond into EvictiondNamespace
@@ -445,21 +454,21 @@ func (c *Cluster) EvictiondLogTail(n int) string {
 	return proc.Tail(path, n)
 }
 
-// runtimeCapabilitiesPatch returns a patch that leaves out of deploy/'s added capabilities
-// those this machine's container runtime does not hold, or "" when it holds them all (then
-// the agent runs with exactly the shipped securityContext). runc cannot give a container a
-// capability outside its own bounding set ("unable to apply caps: operation not
-// permitted"): a machine whose root lacks CAP_SYS_RESOURCE (as this project's test machines
-// do) could not start the agent at all. Without CAP_SYS_RESOURCE the agent's PSI triggers
-// fall back to 2 s windows (internal/notify), which the scenarios do not depend on.
-func runtimeCapabilitiesPatch(repoRoot string) (string, error) {
+// runtimeCapabilities returns deploy/'s added capabilities without those this machine's
+// container runtime does not hold, and whether any was left out (then the agent runs with
+// exactly the shipped securityContext otherwise). runc cannot give a container a capability
+// outside its own bounding set ("unable to apply caps: operation not permitted"): on a
+// machine whose root lacks CAP_SYS_RESOURCE (as this project's test machines do) the agent
+// could not start at all. Without CAP_SYS_RESOURCE its PSI triggers fall back to 2 s windows
+// (internal/notify), which the scenarios do not depend on.
+func runtimeCapabilities(repoRoot string) ([]corev1.Capability, bool, error) {
 	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "daemonset.yaml"))
 	if err != nil {
-		return "", fmt.Errorf("reading deploy/daemonset.yaml: %w", err)
+		return nil, false, fmt.Errorf("reading deploy/daemonset.yaml: %w", err)
 	}
 	var ds appsv1.DaemonSet
 	if err := yaml.Unmarshal(data, &ds); err != nil {
-		return "", fmt.Errorf("decoding deploy/daemonset.yaml: %w", err)
+		return nil, false, fmt.Errorf("decoding deploy/daemonset.yaml: %w", err)
 	}
 	var shipped []corev1.Capability
 	for _, c := range ds.Spec.Template.Spec.Containers {
@@ -469,16 +478,23 @@ func runtimeCapabilitiesPatch(repoRoot string) (string, error) {
 	}
 	bounding, err := boundingCapabilities()
 	if err != nil {
-		return "", err
+		return nil, false, err
 	}
-	var keep []corev1.Capability
+	keep := []corev1.Capability{}
 	for _, c := range shipped {
 		if bit, ok := capabilityBits[c]; !ok || bounding&(1<<bit) != 0 {
 			keep = append(keep, c)
 		}
 	}
-	if len(keep) == len(shipped) {
-		return "", nil
+	return keep, len(keep) != len(shipped), nil
+}
+
+// runtimeCapabilitiesPatch is runtimeCapabilities as a patch of deploy/'s DaemonSet, or ""
+// when nothing is left out.
+func runtimeCapabilitiesPatch(repoRoot string) (string, error) {
+	keep, reduced, err := runtimeCapabilities(repoRoot)
+	if err != nil || !reduced {
+		return "", err
 	}
 	patch := map[string]any{
 		"apiVersion": "apps/v1", "kind": "DaemonSet",
