@@ -243,7 +243,7 @@ func testFastRampFrozenAndKilled(t *testing.T, c *cluster.Cluster) {
 			t.Errorf("the hog's cgroup %s still exists 30s after the pod was gone (tasks %q, freezer.state %q)", dir, tasks, state)
 		}
 	}
-	metrics, err := evictiondMetrics("evictiond_brake_total", "evictiond_brake_crossing_to_frozen_seconds_sum", "evictiond_brake_crossing_to_frozen_seconds_count")
+	metrics, err := evictiondMetrics(c, "evictiond_brake_total", "evictiond_brake_crossing_to_frozen_seconds_sum", "evictiond_brake_crossing_to_frozen_seconds_count")
 	if err != nil {
 		t.Fatal(err)
 	}
