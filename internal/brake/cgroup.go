@@ -162,7 +162,10 @@ func (c PodCgroup) Pids() ([]int, error) {
 // Processes that appear meanwhile (a fork racing the freeze) are killed in
 // further rounds. It returns how many processes were signalled (on v2 with
 // cgroup.kill: how many there were) and waits, up to timeout, until no
-// process is left.
+// process is left. When the kill fails (kill(2) refused with EPERM for
+// processes of other users without CAP_KILL) the cgroup is thawed all the
+// same and the error returned: a failed kill never leaves the pod frozen.
+// cgroup.kill signals from the kernel and needs no CAP_KILL.
 func (c PodCgroup) Kill(timeout time.Duration) (int, error) {
 	if err := c.check(); err != nil {
 		return 0, err
@@ -181,17 +184,22 @@ func (c PodCgroup) Kill(timeout time.Duration) (int, error) {
 		case errors.Is(err, fs.ErrNotExist):
 			// Older kernel: signal by hand below.
 		default:
-			return 0, fmt.Errorf("writing cgroup.kill of %s: %w", c, err)
+			return 0, c.thawAfterFailedKill(fmt.Errorf("writing cgroup.kill of %s: %w", c, err))
 		}
 	}
 	if !killed {
 		n = 0
+		var killErr error
 		for _, pid := range pids {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 				n++
-			} else if !errors.Is(err, syscall.ESRCH) {
-				return n, fmt.Errorf("killing process %d of %s: %w", pid, c, err)
+			} else if !errors.Is(err, syscall.ESRCH) && killErr == nil {
+				// Signal the others still; report the first failure.
+				killErr = fmt.Errorf("killing process %d of %s: %w%s", pid, c, err, killHint(err))
 			}
+		}
+		if killErr != nil {
+			return n, c.thawAfterFailedKill(killErr)
 		}
 	}
 	if err := c.Thaw(); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -217,6 +225,26 @@ func (c PodCgroup) Kill(timeout time.Duration) (int, error) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// thawAfterFailedKill thaws the cgroup after a kill that failed, so the pod
+// is never left frozen: it then ends on the normal path (the kubelet's
+// SIGTERM and SIGKILL, which a task frozen by the v1 freezer would not act
+// on). It returns err, joined with the thaw's error if that failed too.
+func (c PodCgroup) thawAfterFailedKill(err error) error {
+	if terr := c.Thaw(); terr != nil && !errors.Is(terr, fs.ErrNotExist) {
+		return errors.Join(err, terr)
+	}
+	return err
+}
+
+// killHint names the capability a refused kill(2) lacks: signalling
+// processes of other users needs CAP_KILL (docs/security.md).
+func killHint(err error) string {
+	if errors.Is(err, syscall.EPERM) {
+		return " (signalling processes of other users needs CAP_KILL)"
+	}
+	return ""
 }
 
 func pidList(pids []int) string {
