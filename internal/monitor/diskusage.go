@@ -78,6 +78,10 @@ func duDir(dir string, maxEntries int) (diskUsage, error) {
 	if errors.Is(err, errWalkBound) {
 		return diskUsage{}, fmt.Errorf("measuring %s: more than %d entries (stats.maxWalkEntries)", dir, maxEntries)
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		// Never a partial figure: the tree is reported unmeasured.
+		return diskUsage{}, fmt.Errorf("measuring %s: %w (reading other users' directories needs CAP_DAC_READ_SEARCH)", dir, err)
+	}
 	if err != nil {
 		return diskUsage{}, fmt.Errorf("measuring %s: %w", dir, err)
 	}
