@@ -40,8 +40,14 @@ const KernelEnv = "EVICTIOND_VM_KERNEL"
 
 // Cmdline is the kernel command line: cgroup v2 only, PSI on (Debian builds
 // CONFIG_PSI_DEFAULT_DISABLED), the console on the first serial port, panic
-// powers off at once (qemu runs with -no-reboot).
-const Cmdline = "console=ttyS0 panic=-1 quiet loglevel=4 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 psi=1"
+// powers off at once (qemu runs with -no-reboot). Every v1 controller and
+// named v1 hierarchy is disabled but the v1 freezer, which /init does not
+// mount: a test may mount it to reach the brake's cgroup v1 kill path (a
+// hybrid host's freezer) on the same kernel (test/cgroup2/caps). The v1
+// freezer is not a v2 controller, so the unified hierarchy is the same.
+const Cmdline = "console=ttyS0 panic=-1 quiet loglevel=4 " +
+	"cgroup_no_v1=cpuset,cpu,cpuacct,blkio,memory,devices,net_cls,perf_event,net_prio,hugetlb,pids,rdma,misc,named " +
+	"systemd.unified_cgroup_hierarchy=1 psi=1"
 
 // exitMarker is printed on the output port with the script's exit status.
 const exitMarker = "EVICTIOND-VM-EXIT"
