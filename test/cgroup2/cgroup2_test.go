@@ -2,8 +2,9 @@
 
 // Package cgroup2 is the cgroup v2 test tier (make test-cgroup2): it boots
 // Debian's stock kernel in qemu with cgroup v2 only (internal/testenv/vm),
-// runs the v2 integration tests of internal/notify, internal/monitor and
-// internal/brake there as static test binaries, and reports every guest test
+// runs the v2 integration tests of internal/notify, internal/monitor,
+// internal/brake and the capability tests of test/cgroup2/caps there as
+// static test binaries, and reports every guest test
 // as a subtest here. A guest test that fails, is skipped or never reports
 // fails this one.
 package cgroup2
@@ -43,6 +44,7 @@ func suites() []*vm.Suite {
 		{Name: "notify", Package: "./internal/notify", Tags: "integration cgroup2", Run: "^TestCgroup2"},
 		{Name: "monitor", Package: "./internal/monitor", Tags: "integration cgroup2", Run: "^TestCgroup2"},
 		{Name: "brake", Package: "./internal/brake", Tags: "integration cgroup2", Run: "^TestCgroup2"},
+		{Name: "caps", Package: "./test/cgroup2/caps", Tags: "integration cgroup2", Run: "^TestCgroup2Cap_"},
 		{Name: "agent", Package: "./test/cgroup2/agent", Tags: "integration cgroup2", Run: "^TestCgroup2Agent", Timeout: 10 * time.Minute,
 			Env: []string{agent.KubeconfigEnv + "=" + guestKubeconfigPath, agent.BinaryEnv + "=" + guestEvictiond}},
 	}
@@ -59,7 +61,7 @@ func TestCgroup2VM(t *testing.T) {
 		names := strings.Split(only, ",")
 		ss = slices.DeleteFunc(ss, func(s *vm.Suite) bool { return !slices.Contains(names, s.Name) })
 		if len(ss) == 0 {
-			t.Fatalf("%s=%q names no suite (have notify, monitor, brake, agent)", suitesEnv, only)
+			t.Fatalf("%s=%q names no suite (have notify, monitor, brake, caps, agent)", suitesEnv, only)
 		}
 	}
 	var configure func(*vm.Options)
