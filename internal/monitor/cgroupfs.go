@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/evictiond/evictiond/internal/nodefs"
 )
@@ -100,6 +102,33 @@ func (l *cgroupLayout) countTasks(cgroupPath string) (int64, error) {
 		return nodefs.ReadInt64(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
 	}
 	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
+}
+
+// readPodsPIDsLeft reads a cgroup's pids.max - pids.current: how many more
+// tasks the pids controller admits in it. limited is false when pids.max is
+// "max" or the cgroup has no pids controller (nothing but pid_max bounds it).
+func (l *cgroupLayout) readPodsPIDsLeft(cgroupPath string) (left int64, limited bool, err error) {
+	dir := l.dir("pids", cgroupPath)
+	raw, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	v := strings.TrimSpace(string(raw))
+	if v == "max" {
+		return 0, false, nil
+	}
+	limit, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("parsing %s/pids.max %q: %w", dir, v, err)
+	}
+	current, err := nodefs.ReadInt64(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return 0, false, err
+	}
+	return limit - current, true, nil
 }
 
 // countProcessesIn walks a cgroup directory by hand: filepath.WalkDir's lstat

@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -427,3 +428,44 @@ func TestFixturePodDiskOnlyLeavesMemoryUnmeasured(t *testing.T) {
 		t.Errorf("working set after ObservePods %v", deref(s.Pods[podBurstable].MemoryWorkingSet))
 	}
 }
+
+// With a pids.max on kubepods (the kubelet's systemReserved pid), pid.available
+// stays node-wide, as the kubelet computes it, and carries the pods' nearer
+// wall for the brake; without one (or "max") it carries none.
+func TestFixturePIDAvailableCarriesTheKubepodsPIDsLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name, max string
+		want      *int64
+	}{
+		{name: "pids.max 3000, 1200 used", max: "3000\n", want: ptrTo(int64(1800))},
+		{name: "pids.max max", max: "max\n"},
+		{name: "no pids.max file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.CopyFS(root, os.DirFS(filepath.Join("testdata", "v2-cgroupfs"))); err != nil {
+				t.Fatal(err)
+			}
+			kubepods := filepath.Join(root, "sys/fs/cgroup/kubepods")
+			if tc.max != "" {
+				for name, v := range map[string]string{"pids.max": tc.max, "pids.current": "1200\n"} {
+					if err := os.WriteFile(filepath.Join(kubepods, name), []byte(v), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			m := fixtureMonitor(t, "", CgroupDriverCgroupfs, func(c *Config) { c.HostRoot = root })
+			s := m.ObserveNode(context.Background())
+			wantObservation(t, s, policy.SignalPIDAvailable, fixtureMaxPID-fixtureTasks, fixtureMaxPID)
+			got := s.Observations[policy.SignalPIDAvailable].PodsLeft
+			switch {
+			case tc.want == nil && got != nil:
+				t.Errorf("PodsLeft = %d, want none", *got)
+			case tc.want != nil && (got == nil || *got != *tc.want):
+				t.Errorf("PodsLeft = %v, want %d", got, *tc.want)
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -116,8 +116,19 @@ func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
 		b.miss(policy.SignalPIDAvailable, err.Error(), true)
 		return
 	}
-	b.add(policy.SignalPIDAvailable, r.maxPID-r.running, r.maxPID, time.Now(), SourceProcPIDs,
-		fmt.Sprintf("min(pid_max, threads-max) %d - tasks %d", r.maxPID, r.running))
+	at := time.Now()
+	desc := fmt.Sprintf("min(pid_max, threads-max) %d - tasks %d", r.maxPID, r.running)
+	left, limited, err := m.layout.readPodsPIDsLeft(m.layout.kubepods)
+	if err == nil && limited {
+		desc += fmt.Sprintf("; kubepods pids.max leaves pods %d", left)
+	}
+	b.add(policy.SignalPIDAvailable, r.maxPID-r.running, r.maxPID, at, SourceProcPIDs, desc)
+	if err == nil && limited {
+		// The nearer wall for the brake (kubelet systemReserved/kubeReserved pid).
+		o := b.s.Observations[policy.SignalPIDAvailable]
+		o.PodsLeft = &left
+		b.s.Observations[policy.SignalPIDAvailable] = o
+	}
 }
 
 // readFilesystemSignals reads nodefs from the filesystem holding the

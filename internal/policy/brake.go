@@ -8,8 +8,8 @@ import (
 // The brake: predictive hard-pressure handling. From consecutive fresh
 // readings the engine knows how fast a signal falls; for a met hard
 // threshold it estimates the time until the resource is gone (available
-// reaches zero: the kubepods limit or the node's memory, pid_max, a full
-// filesystem) and compares it with how long the normal eviction path takes
+// reaches zero: the kubepods limit or the node's memory, pid_max or kubepods'
+// pids.max when nearer, a full filesystem) and compares it with how long the normal eviction path takes
 // on this node. When the resource would run out first, the agent freezes the
 // victim's pod cgroup before it requests the eviction and kills it on the
 // node once the API server accepts it (internal/brake does the cgroup part).
@@ -219,19 +219,26 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 	}
 	d.Rate, d.RateSpan = rate, span
 	h := e.brake.history[sig]
-	d.TimeToExhaustion = timeToExhaustion(h[len(h)-1].Available, rate) // the newest reading: a resample's
+	// The newest reading (a resample's), to the nearer wall: a fork bomb in a
+	// kubepods with pids.max runs out at that limit, long before pid_max.
+	newest := h[len(h)-1]
+	d.TimeToExhaustion = timeToExhaustion(newest.Left(), rate)
 	limit := time.Duration(cfg.SafetyFactor * float64(d.EvictionPath))
 	rateText := FormatRate(sig, rate)
+	gone := "gone"
+	if newest.Left() < newest.Available {
+		gone = fmt.Sprintf("at kubepods' limit (%d left)", newest.Left())
+	}
 	if d.TimeToExhaustion < 0 {
 		d.Reason = fmt.Sprintf("%s not falling (%s rise over %v): graceful path", sig, FormatRate(sig, -rate), span.Round(time.Millisecond))
 	} else if d.TimeToExhaustion < limit {
 		d.Fire = true
-		d.Reason = fmt.Sprintf("%s falls %s (over %v): gone in %v, before %.1f × the %s eviction path %v: brake",
-			sig, rateText, span.Round(time.Millisecond), d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
+		d.Reason = fmt.Sprintf("%s falls %s (over %v): %s in %v, before %.1f × the %s eviction path %v: brake",
+			sig, rateText, span.Round(time.Millisecond), gone, d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
 		return d
 	} else {
-		d.Reason = fmt.Sprintf("%s falls %s (over %v): gone in %v, after %.1f × the %s eviction path %v: graceful path",
-			sig, rateText, span.Round(time.Millisecond), d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
+		d.Reason = fmt.Sprintf("%s falls %s (over %v): %s in %v, after %.1f × the %s eviction path %v: graceful path",
+			sig, rateText, span.Round(time.Millisecond), gone, d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
 	}
 	if span > brakeResampleSpan {
 		d.Resample = true

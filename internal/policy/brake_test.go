@@ -317,3 +317,51 @@ func TestCompile_BrakeSection(t *testing.T) {
 	// Off, the brake's rule against the local stop does not apply.
 	mustLoad(t, "brake: {enabled: false, maxFreeze: 5s}\neviction: {apiUnreachable: {criStop: true, after: 10s}}\n")
 }
+
+// A fork bomb in a kubepods whose pids.max (the kubelet's systemReserved pid)
+// is far below the node's pid_max: pid.available, computed node-wide as the
+// kubelet does, has seconds to go, the pods' budget a fraction of one. The
+// brake races against the nearer wall.
+func TestBrake_PIDsRaceTheKubepodsLimit(t *testing.T) {
+	cases := []struct {
+		name     string
+		podsLeft *int64
+		fire     bool
+		reason   string
+	}{
+		{name: "node-wide only: 24000 left at 5000/s is graceful", podsLeft: nil,
+			reason: "pid.available falls 5000/s (over 50ms): gone in 4.8s, after 1.5 × the initial eviction path 2s: graceful path"},
+		{name: "kubepods pids.max leaves 1000: gone in 200ms, brake", podsLeft: ptr(int64(1000)), fire: true,
+			reason: "pid.available falls 5000/s (over 50ms): at kubepods' limit (1000 left) in 200ms, before 1.5 × the initial eviction path 2s: brake"},
+		{name: "a pids.max above what the node has left is not nearer", podsLeft: ptr(int64(30000)),
+			reason: "pid.available falls 5000/s (over 50ms): gone in 4.8s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := mustLoad(t, "evictionHard: {pid.available: \"25000\"}\n")
+			clk := newFakeClock()
+			bomb := newPod("bomb", withRequests("memory", "64Mi"))
+			in := Input{Pods: []*v1.Pod{bomb}, Stats: PodStatsByUID{bomb.UID: {Processes: ptr(int64(2000)), Tasks: ptr(int64(2000))}}}
+			e := NewEngine(cfg, clk, "self")
+			var a *Assessment
+			avail := int64(24500)
+			for i := range 3 {
+				if i > 0 {
+					clk.Step(50 * time.Millisecond)
+					avail -= 250
+				}
+				o := obsAt(avail, 32768, clk.Now())
+				o.PodsLeft = tc.podsLeft
+				in.Observations = Observations{SignalPIDAvailable: o}
+				a = e.Assess(in)
+			}
+			if a.Starved == nil || a.Starved.Threshold.Signal != SignalPIDAvailable {
+				t.Fatalf("pid.available not starved: %+v", a.Met)
+			}
+			d := e.Brake(a)
+			if d.Fire != tc.fire || !strings.HasPrefix(d.Reason, tc.reason) {
+				t.Errorf("Brake = fire %v %q;\nwant fire %v, reason starting %q", d.Fire, d.Reason, tc.fire, tc.reason)
+			}
+		})
+	}
+}

@@ -142,6 +142,21 @@ type Observation struct {
 	Available int64
 	Capacity  int64
 	Time      time.Time
+	// PodsLeft, when set, is how much pods can still take before a cgroup
+	// limit of kubepods stops them, where that comes before Available reaches
+	// zero: for pid.available, kubepods' pids.max - pids.current (the
+	// kubelet's systemReserved/kubeReserved pid). Thresholds keep comparing
+	// Available, as the kubelet does; the brake races against the nearer wall.
+	PodsLeft *int64
+}
+
+// Left is how much is left before the resource is gone for pods: Available,
+// or PodsLeft when that is nearer.
+func (o Observation) Left() int64 {
+	if o.PodsLeft != nil && *o.PodsLeft < o.Available {
+		return *o.PodsLeft
+	}
+	return o.Available
 }
 
 // Observations are the readings of one pass, by signal.
