@@ -41,9 +41,11 @@ type Options struct {
 
 // Agent is the decision loop and its state.
 type Agent struct {
-	opts     Options
-	engine   *policy.Engine
-	stats    Stats
+	opts   Options
+	engine *policy.Engine
+	stats  Stats
+	// sleep waits before the brake's resample (time.Sleep; tests record it).
+	sleep    func(time.Duration)
 	pods     Pods
 	status   NodeStatus
 	evictor  Evictor
@@ -91,7 +93,7 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
-		freezer: deps.Freezer}
+		freezer: deps.Freezer, sleep: time.Sleep}
 	a.resetThresholdGauges()
 	return a
 }

@@ -54,8 +54,17 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	cfg := a.engine.Config()
 	d := a.engine.Brake(as)
 	if d.Resample && !d.Fire {
-		time.Sleep(cfg.Brake.SampleInterval)
-		a.engine.Resampled(a.stats.Observe(ctx, pods).Observations)
+		// The second reading comes sampleInterval after the pass's own: only
+		// what is left of it is waited (the pass's ranking already took part
+		// of it), and only the fast signals are read again.
+		wait := cfg.Brake.SampleInterval
+		if o, ok := obs[d.Signal]; ok {
+			wait -= a.opts.Clock.Now().Sub(o.Time)
+		}
+		if wait > 0 {
+			a.sleep(wait)
+		}
+		a.engine.Resampled(a.readFast(ctx, pods))
 		first := d.Reason
 		d = a.engine.Brake(as)
 		a.log.Debug("brake: read again before deciding", "signal", d.Signal, "first", first, "then", d.Reason)
@@ -99,6 +108,15 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	res := a.evictor.Evict(ctx, cands)
 	a.resolveHolds(res, d, held, crossing, br)
 	return a.recordEviction(res, cands, obs)
+}
+
+// readFast reads the signals the brake races on: the fast ones alone when
+// the Stats can, everything otherwise.
+func (a *Agent) readFast(ctx context.Context, pods []*v1.Pod) policy.Observations {
+	if f, ok := a.stats.(FastStats); ok {
+		return f.ObserveFast()
+	}
+	return a.stats.Observe(ctx, pods).Observations
 }
 
 // resolveHolds ends the brake's holds after an eviction request: the

@@ -235,3 +235,72 @@ func TestBrake_LoopStoppingThawsEveryHold(t *testing.T) {
 		t.Errorf("holds left after the loop stopped: %v", fz.Held())
 	}
 }
+
+// fastStats is a Stats with the fast read: the pass's ranking reads take
+// usageTook of the (fake) clock, ObserveFast returns fast.
+type fastStats struct {
+	*fakeStats
+	usageTook time.Duration
+	fast      policy.Observations
+	fastCalls int
+}
+
+func (s *fastStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {
+	s.clock.now = s.clock.now.Add(s.usageTook)
+}
+
+func (s *fastStats) ObserveFast() policy.Observations {
+	s.fastCalls++
+	out := policy.Observations{}
+	for k, o := range s.fast {
+		o.Time = s.clock.now
+		out[k] = o
+	}
+	return out
+}
+
+// The brake's second reading: a ramp seen only by the 1 s ticker has a rate
+// averaged over 1 s, so the agent reads again sampleInterval (10ms) after
+// the pass's reading — waiting only what the pass's own ranking left of it
+// (4ms taken: 6ms), and reading the fast signals alone, not every signal
+// and filesystem again. The ramp turned fast in the meantime: brake.
+func TestBrake_ResampleReadsTheFastSignalsAfterWhatIsLeftOfTheInterval(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	fs := &fastStats{fakeStats: stats, usageTook: 4 * time.Millisecond,
+		fast: policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: 480<<20 - 23<<20, Capacity: 3 << 30}}}
+	a.stats = fs
+	var slept []time.Duration
+	a.sleep = func(d time.Duration) { slept = append(slept, d); clock.now = clock.now.Add(d) }
+	for _, av := range []int64{580 << 20, 480 << 20} { // 100 MiB/s over 1 s: 4.8 s to go
+		clock.now = clock.now.Add(time.Second)
+		stats.obs = policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: av, Capacity: 3 << 30}}
+		a.Pass(context.Background(), "test")
+	}
+	if !slices.Equal(slept, []time.Duration{6 * time.Millisecond}) {
+		t.Errorf("slept %v before the second reading, want [6ms] (10ms after the pass's reading, 4ms of which the ranking took)", slept)
+	}
+	if fs.fastCalls != 1 || stats.calls != 2 {
+		t.Errorf("fast reads %d, full reads %d; want 1 fast read for the resample and one full read per pass", fs.fastCalls, stats.calls)
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the hog braked on the resampled 2.3 GiB/s", got)
+	}
+}
+
+// A pass whose ranking took longer than sampleInterval reads again at once.
+func TestBrake_ResampleDoesNotWaitWhenThePassTookTheInterval(t *testing.T) {
+	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	fs := &fastStats{fakeStats: stats, usageTook: 30 * time.Millisecond,
+		fast: policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: 470 << 20, Capacity: 3 << 30}}}
+	a.stats = fs
+	var slept []time.Duration
+	a.sleep = func(d time.Duration) { slept = append(slept, d) }
+	for _, av := range []int64{580 << 20, 480 << 20} {
+		clock.now = clock.now.Add(time.Second)
+		stats.obs = policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: av, Capacity: 3 << 30}}
+		a.Pass(context.Background(), "test")
+	}
+	if len(slept) != 0 || fs.fastCalls != 1 {
+		t.Errorf("slept %v, fast reads %d; want no wait and one fast read", slept, fs.fastCalls)
+	}
+}

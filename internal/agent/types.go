@@ -38,6 +38,14 @@ type Stats interface {
 	ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed)
 }
 
+// FastStats is a Stats that also reads, alone, the node signals the brake
+// races on (memory and PIDs): no filesystems, no CRI call, no pod cgroups;
+// well under a millisecond. The brake's second reading uses it; without it
+// the agent reads everything again with Observe.
+type FastStats interface {
+	ObserveFast() policy.Observations
+}
+
 // Pods lists the pods bound to this node.
 type Pods interface {
 	ListPods() ([]*v1.Pod, error)

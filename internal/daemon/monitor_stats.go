@@ -7,13 +7,21 @@ import (
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/monitor"
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // MonitorStats is the agent's Stats, read by the monitor: node signals and
 // the usage of the pods the agent is deciding about.
 type MonitorStats struct{ M *monitor.Monitor }
 
-var _ agent.Stats = MonitorStats{}
+var (
+	_ agent.Stats     = MonitorStats{}
+	_ agent.FastStats = MonitorStats{}
+)
+
+// ObserveFast reads the memory and PID signals alone (the brake's second
+// reading).
+func (s MonitorStats) ObserveFast() policy.Observations { return s.M.ObserveFast().Observations }
 
 // Observe reads the node signals and the pods' cached disk usage.
 func (s MonitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {

@@ -46,6 +46,30 @@ func BenchmarkObserveMemoryRealHost(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
+// BenchmarkObserveFastRealHost is the cost of one read of what the fast poll
+// and the brake's second reading take: the memory signals and pid.available
+// (with kubepods' pids.max when set). Target: under 1 ms.
+func BenchmarkObserveFastRealHost(b *testing.B) {
+	requireCgroupV1(b)
+	tree := newTestCgroupTree(b, "bench")
+	if err := os.WriteFile(filepath.Join(v1CgroupMount, "memory", tree.root, "kubepods", "memory.limit_in_bytes"), []byte("1073741824"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(tree.monitorConfig(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		s := m.ObserveFast()
+		if _, ok := s.Observations[policy.SignalPIDAvailable]; !ok {
+			b.Fatal(s.Missing)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
 // BenchmarkObservePods100RealHost is one fresh read of 100 pods' usage
 // (working set and process count from cgroupfs; disk usage from the cache):
 // what a pass pays when it must rank pods.

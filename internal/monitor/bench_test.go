@@ -34,3 +34,18 @@ func BenchmarkObserveFixturePods(b *testing.B) {
 		m.Observe(context.Background(), fixturePods)
 	}
 }
+
+// BenchmarkObserveFastFixture reads what the fast poll and the brake's second
+// reading take (memory signals and pid.available) from the fixture tree.
+func BenchmarkObserveFastFixture(b *testing.B) {
+	m, err := New(Config{HostRoot: "testdata/v2-systemd", CgroupDriver: CgroupDriverSystemd, DisableCAdvisor: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := m.ObserveFast().Observations[policy.SignalPIDAvailable]; !ok {
+			b.Fatal("pid.available missing")
+		}
+	}
+}

@@ -279,6 +279,16 @@ func (m *Monitor) ObserveMemory() *Snapshot {
 	return s
 }
 
+// ObserveFast reads the memory signals and pid.available: what the brake
+// races on and the fast poll watches, from cgroupfs and /proc only (no
+// filesystem, no CRI call, no pod cgroup); well under a millisecond.
+func (m *Monitor) ObserveFast() *Snapshot {
+	s, b := newSnapshot(m)
+	m.readMemorySignals(b)
+	m.readPIDSignal(b)
+	return s
+}
+
 // Observe reads every signal and the usage of the given pods: ObserveNode and
 // ObservePods in one snapshot.
 func (m *Monitor) Observe(ctx context.Context, pods []PodRef) *Snapshot {
