@@ -206,7 +206,8 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	m.Registry.MustRegister(notifyMetrics.Collectors()...)
 	// The notifier takes the cgroup relative to the hierarchy's mount.
 	kubepods := strings.TrimPrefix(mon.CgroupInfo().Kubepods, "/")
-	readMemory := func() (policy.Observations, error) { return mon.ObserveMemory().Observations, nil }
+	// The poll reads memory and pid.available: the signals a ramp can exhaust between two ticks.
+	readMemory := func() (policy.Observations, error) { return mon.ObserveFast().Observations, nil }
 	nm, err := notify.New(notifyOptions(cfg, f, kubepods, readMemory, notifyMetrics, log), waker)
 	if err != nil {
 		return err

@@ -3,8 +3,9 @@ package notify
 import "github.com/evictiond/evictiond/internal/policy"
 
 // OptionsFromConfig maps a compiled configuration onto Options: the notifier
-// switches and the memory.available / allocatableMemory.available thresholds
-// (hard and soft; PSI and disk thresholds are not the fast path's). Paths,
+// switches and the memory.available / allocatableMemory.available and
+// pid.available thresholds (hard and soft; PSI and disk thresholds are not
+// the fast path's). Paths,
 // the reader, logger and metrics are the daemon's to fill in.
 //
 // A signal with two thresholds of the same kind (an explicit
@@ -25,7 +26,9 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 	}
 	index := map[string]int{}
 	for _, pt := range cfg.Thresholds {
-		if pt.Signal != policy.SignalMemoryAvailable && pt.Signal != policy.SignalAllocatableMemoryAvailable {
+		switch pt.Signal {
+		case policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable, policy.SignalPIDAvailable:
+		default:
 			continue
 		}
 		t := Threshold{Signal: pt.Signal, Hard: pt.Hard()}

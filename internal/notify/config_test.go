@@ -11,7 +11,7 @@ func TestOptionsFromConfigKeepsMemoryThresholdsAndNotifierSettings(t *testing.T)
 	cfg, errs := policy.Load([]byte(`
 apiVersion: evictiond.io/v1alpha1
 kind: EvictionConfiguration
-evictionHard: {memory.available: 500Mi, nodefs.available: 10%, memory.pressure.full.avg10: "60%"}
+evictionHard: {memory.available: 500Mi, nodefs.available: 10%, memory.pressure.full.avg10: "60%", pid.available: "1000"}
 evictionSoft: {memory.available: 10%}
 evictionSoftGracePeriod: {memory.available: 1m}
 notifier:
@@ -27,9 +27,10 @@ notifier:
 		"hard memory.available":            {Signal: policy.SignalMemoryAvailable, Hard: true, Available: 500 << 20},
 		"soft memory.available":            {Signal: policy.SignalMemoryAvailable, Percentage: float64(float32(0.1))},
 		"hard allocatableMemory.available": {Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20},
+		"hard pid.available":               {Signal: policy.SignalPIDAvailable, Hard: true, Available: 1000},
 	}
 	if len(opts.Thresholds) != len(want) {
-		t.Fatalf("thresholds = %+v, want %d memory thresholds", opts.Thresholds, len(want))
+		t.Fatalf("thresholds = %+v, want %d memory and PID thresholds", opts.Thresholds, len(want))
 	}
 	for _, th := range opts.Thresholds {
 		if w, ok := want[th.name()]; !ok || w != th {

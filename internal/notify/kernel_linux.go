@@ -135,7 +135,7 @@ func (m *Manager) resolveMode() CgroupMode {
 func (m *Manager) fallBackAll(mode CgroupMode, reason string, err error) {
 	s := m.current()
 	for _, t := range s.Thresholds {
-		if s.MemcgThresholds {
+		if s.MemcgThresholds && t.memory() {
 			m.fallBack(SourceMemcg, t.name(), reason, err)
 		}
 	}

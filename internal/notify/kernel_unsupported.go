@@ -13,7 +13,7 @@ func (m *Manager) runKernel(ctx context.Context) {
 	err := errors.New("kernel memory notifications are supported on Linux only")
 	s := m.current()
 	for _, t := range s.Thresholds {
-		if s.MemcgThresholds {
+		if s.MemcgThresholds && t.memory() {
 			m.fallBack(SourceMemcg, t.name(), ReasonUnsupported, err)
 		}
 	}

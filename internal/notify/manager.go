@@ -279,7 +279,8 @@ func (m *Manager) nudgePoll() {
 }
 
 // pollNeeded: the poll runs when it has a reader and thresholds, and some
-// threshold has no armed memcg notifier or some notifier fell back.
+// threshold has no armed memcg notifier (a pid.available threshold never
+// has one) or some notifier fell back.
 func (m *Manager) pollNeeded() bool {
 	if m.opts.ReadMemory == nil {
 		return false
@@ -316,7 +317,7 @@ func (m *Manager) setPollActive(active bool) {
 	}
 	interval := m.current().PollInterval
 	pacing := newPollPacer(min(m.opts.PollMinInterval, interval), m.opts.PollRampRate).describe(interval)
-	m.log.Info("fast poll of the memory signals", "active", active, "interval", interval, "pacing", pacing)
+	m.log.Info("fast poll of the memory and PID signals", "active", active, "interval", interval, "pacing", pacing)
 	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
 		Detail: "every threshold is watched by the kernel"}
 	if active {

@@ -46,6 +46,9 @@ func (k *kernelNotifiers) armMemcg(s settings) {
 	m := k.m
 	wanted := map[string]bool{}
 	for _, t := range s.Thresholds {
+		if !t.memory() {
+			continue // pid.available: the poll's alone
+		}
 		name := t.name()
 		wanted[name] = true
 		switch {

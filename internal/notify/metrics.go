@@ -24,7 +24,7 @@ type Metrics struct {
 	Rearms prometheus.Counter
 	// PollActive is 1 while the fast poll runs.
 	PollActive prometheus.Gauge
-	// PollErrors counts failed reads of the memory signals by the poll.
+	// PollErrors counts failed reads of the memory and PID signals by the poll.
 	PollErrors prometheus.Counter
 	// PollReads counts the poll's reads; their rate shows its pacing.
 	PollReads prometheus.Counter
@@ -51,15 +51,15 @@ func NewMetrics() *Metrics {
 		}),
 		PollActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "evictiond_notifier_poll_active",
-			Help: "1 while the fast poll of the memory signals runs.",
+			Help: "1 while the fast poll of the memory and PID signals runs.",
 		}),
 		PollErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "evictiond_notifier_poll_errors_total",
-			Help: "Failed reads of the memory signals by the fast poll.",
+			Help: "Failed reads of the memory and PID signals by the fast poll.",
 		}),
 		PollReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "evictiond_notifier_poll_reads_total",
-			Help: "Reads of the memory signals by the fast poll; their rate shows its pacing (10/s at a 100ms pollInterval, up to 200/s near a threshold).",
+			Help: "Reads of the memory and PID signals by the fast poll; their rate shows its pacing (10/s at a 100ms pollInterval, up to 200/s near a threshold).",
 		}),
 	}
 }

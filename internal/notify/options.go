@@ -115,8 +115,8 @@ func (o Options) Validate() error {
 			bad(field, t.name(), fmt.Sprintf("duplicates thresholds[%d]: one hard and one soft threshold per signal", j))
 		}
 		seen[t.name()] = i
-		if t.Signal != policy.SignalMemoryAvailable && t.Signal != policy.SignalAllocatableMemoryAvailable {
-			bad(field+".signal", t.Signal, fmt.Sprintf("must be %s or %s", policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable))
+		if !t.memory() && t.Signal != policy.SignalPIDAvailable {
+			bad(field+".signal", t.Signal, fmt.Sprintf("must be %s, %s or %s", policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable, policy.SignalPIDAvailable))
 		}
 		switch {
 		case t.Available != 0 && t.Percentage != 0:

@@ -47,6 +47,9 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base t
 			continue // met
 		}
 		rate := p.rampRate
+		if t.Signal == policy.SignalPIDAvailable {
+			rate = PollPIDRampRate
+		}
 		if prev, ok := p.last[t.Signal]; ok && o.Time.After(prev.Time) {
 			falling := float64(prev.Available-o.Available) / o.Time.Sub(prev.Time).Seconds()
 			rate = max(rate, 2*falling) // half the time to the threshold at the measured rate
@@ -66,5 +69,5 @@ func (p *pollPacer) describe(base time.Duration) string {
 	if p.min >= base {
 		return fmt.Sprintf("every %v", base)
 	}
-	return fmt.Sprintf("every %v, down to %v near a threshold (assumed ramp %d MiB/s)", base, p.min, int64(p.rampRate)>>20)
+	return fmt.Sprintf("every %v, down to %v near a threshold (assumed ramp %d MiB/s, %d PIDs/s)", base, p.min, int64(p.rampRate)>>20, PollPIDRampRate)
 }

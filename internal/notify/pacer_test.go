@@ -79,3 +79,27 @@ func TestPollPacingOptionsAreValidated(t *testing.T) {
 		t.Errorf("a 10ms poll with the default minimum does not validate: %v", d.Validate())
 	}
 }
+
+// Near a pid.available threshold the pacer assumes PollPIDRampRate tasks a
+// second from rest, not the memory ramp in bytes (which would read at the
+// minimum period whenever a PID threshold exists).
+func TestPollPacerUsesThePIDRampForPIDs(t *testing.T) {
+	base := 100 * time.Millisecond
+	ts := []Threshold{{Signal: policy.SignalPIDAvailable, Hard: true, Available: 30000}}
+	t0 := time.Unix(1000, 0)
+	p := newPollPacer(5*time.Millisecond, 1<<30)
+	obs := func(at time.Duration, avail int64) policy.Observations {
+		return policy.Observations{policy.SignalPIDAvailable: {Available: avail, Capacity: 32768, Time: t0.Add(at)}}
+	}
+	if got := p.next(obs(0, 32000), ts, base); got != base {
+		t.Errorf("2000 PIDs above the threshold (200ms at 10000/s): next read in %v, want the base %v", got, base)
+	}
+	if got, want := p.next(obs(10*time.Second, 30500), ts, base), 50*time.Millisecond; got != want {
+		t.Errorf("500 PIDs above: next read in %v, want %v", got, want)
+	}
+	// 100 tasks in 10ms (10000/s): read at half the time to the threshold
+	// (twice the measured rate, 20000/s): 400 above, 20ms.
+	if got, want := p.next(obs(10*time.Second+10*time.Millisecond, 30400), ts, base), 20*time.Millisecond; got-want > time.Microsecond || want-got > time.Microsecond {
+		t.Errorf("falling 10000/s, 400 above: next read in %v, want %v", got, want)
+	}
+}

@@ -81,3 +81,59 @@ func TestPollWakesOnEachCrossingInBothDirections(t *testing.T) {
 		t.Errorf("wakes{notifier=poll} = %v, want 4", got)
 	}
 }
+
+// A pid.available threshold: no kernel notifier watches PIDs, so it keeps the
+// poll running even where every memory threshold is armed by a memcg
+// notifier, and the poll wakes the loop when the task count crosses it.
+func TestPollWatchesPIDAvailable(t *testing.T) {
+	var next policy.Observations
+	w := NewWaker()
+	m, err := New(Options{
+		Thresholds: []Threshold{
+			{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20},
+			{Signal: policy.SignalPIDAvailable, Hard: true, Available: 30000},
+		},
+		ReadMemory: func() (policy.Observations, error) { return next, nil },
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:    NewMetrics(),
+	}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.setArmed(NotifierStatus{Source: SourceMemcg, Target: "hard allocatableMemory.available"})
+	if !m.pollNeeded() {
+		t.Fatal("poll not needed with a pid.available threshold and the memory one armed")
+	}
+	met := map[string]bool{}
+	for _, s := range []struct {
+		avail    int64
+		wantWake bool
+	}{{31000, false}, {30500, false}, {29990, true}, {29000, false}, {30001, true}} {
+		next = policy.Observations{policy.SignalPIDAvailable: {Available: s.avail, Capacity: 32768, Time: time.Now()}}
+		w.Take()
+		m.pollOnce(met, "")
+		woke := false
+		select {
+		case <-w.C():
+			woke = true
+		default:
+		}
+		if woke != s.wantWake {
+			t.Errorf("pid.available %d: woke=%v, want %v", s.avail, woke, s.wantWake)
+		}
+	}
+	// Only the memory threshold, armed: no poll (as before PIDs were watched).
+	m2, err := New(Options{
+		Thresholds: []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20}},
+		ReadMemory: func() (policy.Observations, error) { return next, nil },
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:    NewMetrics(),
+	}, NewWaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.setArmed(NotifierStatus{Source: SourceMemcg, Target: "hard allocatableMemory.available"})
+	if m2.pollNeeded() {
+		t.Error("poll needed with every (memory) threshold armed")
+	}
+}

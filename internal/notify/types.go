@@ -76,20 +76,29 @@ const (
 	PSIFull PSIStallType = "full"
 )
 
-// Threshold is one memory threshold the fast path watches, resolved to bytes
-// of available memory (or a fraction of capacity, resolved here against the
-// capacity the notifier reads itself).
+// Threshold is one threshold the fast path watches, resolved to bytes of
+// available memory or PIDs (or a fraction of capacity, resolved here against
+// the capacity the notifier reads itself).
 type Threshold struct {
-	// Signal is policy.SignalMemoryAvailable (root memcg) or
-	// policy.SignalAllocatableMemoryAvailable (kubepods memcg).
+	// Signal is policy.SignalMemoryAvailable (root memcg),
+	// policy.SignalAllocatableMemoryAvailable (kubepods memcg) or
+	// policy.SignalPIDAvailable. The kernel has no notifier for PIDs (the
+	// pids controller reports only forks refused at its limit), so a
+	// pid.available threshold is watched by the poll alone, and keeps it
+	// running.
 	Signal policy.Signal
 	// Hard tells hard from soft thresholds; both are armed.
 	Hard bool
-	// Available in bytes: the threshold is crossed when available memory
+	// Available in bytes (PIDs for pid.available): the threshold is crossed when available memory
 	// falls below it. Exactly one of Available and Percentage is set.
 	Available int64
 	// Percentage of capacity, in (0, 1).
 	Percentage float64
+}
+
+// memory reports whether a kernel memcg notifier can watch the threshold.
+func (t Threshold) memory() bool {
+	return t.Signal == policy.SignalMemoryAvailable || t.Signal == policy.SignalAllocatableMemoryAvailable
 }
 
 // resolve returns the threshold in bytes for the given capacity, as the
@@ -123,10 +132,10 @@ type PSIOptions struct {
 	Window time.Duration
 }
 
-// MemoryReader reads the memory signals (memory.available,
-// allocatableMemory.available) fresh from cgroupfs. The daemon passes the
-// monitor's direct cgroupfs reader; the poll calls it every PollInterval, so it
-// must be cheap (well under a millisecond).
+// MemoryReader reads the fast signals (memory.available,
+// allocatableMemory.available, pid.available) fresh from cgroupfs and /proc.
+// The daemon passes the monitor's direct reader; the poll calls it every
+// PollInterval, so it must be cheap (well under a millisecond).
 type MemoryReader func() (policy.Observations, error)
 
 // Options configure the fast path. Zero values take the defaults below;
@@ -165,7 +174,7 @@ type Options struct {
 	// inactive_file drifts (the kubelet uses 10s). Default 5s; bounds 100ms..1m.
 	RearmInterval time.Duration
 
-	// Thresholds on the memory signals, hard and soft.
+	// Thresholds on the memory signals and pid.available, hard and soft.
 	Thresholds []Threshold
 	// ReadMemory feeds the poll. Without it the poll cannot run, and a
 	// notifier that fails leaves only the loop's ticker.
@@ -183,9 +192,14 @@ const (
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultPollMinInterval = 5 * time.Millisecond
 	DefaultPollRampRate    = int64(1) << 30
-	DefaultRearmInterval   = 5 * time.Second
-	DefaultPSIStall        = 100 * time.Millisecond
-	DefaultPSIWindow       = 2 * time.Second
+	// PollPIDRampRate is the fastest growth of tasks the poll assumes
+	// possible from rest, per second, near a pid.available threshold: a
+	// fork loop on a small node forks about 10000 a second (make bench-ramp,
+	// setup bomb).
+	PollPIDRampRate      = 10000
+	DefaultRearmInterval = 5 * time.Second
+	DefaultPSIStall      = 100 * time.Millisecond
+	DefaultPSIWindow     = 2 * time.Second
 )
 
 // Mode of one notifier, as Status reports it.
