@@ -31,7 +31,8 @@ test-e2e: k8s-binaries e2e-deps e2e-prometheus helm
 # without the brake, poll-only) on the same node, BENCH_RAMP_RUNS runs per rate; prints a
 # markdown table with the median and worst latencies (also written to $(BENCH_RAMP_OUT)).
 # See docs/benchmarks.md. BENCH_RAMP_SETUPS picks setups (notifier, brake, brake-memcg-off,
-# memcg-off, poll, kubelet-only), BENCH_RAMP_RATES rates (100, 400, 1000, 4000, max).
+# memcg-off, poll, kubelet-only; the fork bomb vs pid.available: bomb-kubelet-only, bomb,
+# bomb-brake), BENCH_RAMP_RATES rates (100, 400, 1000, 4000, max).
 BENCH_RAMP_OUT    ?= bin/bench-ramp.md
 BENCH_RAMP_SETUPS ?=
 BENCH_RAMP_RATES  ?=

@@ -77,18 +77,24 @@ type rampResult struct {
 	oomKills         int64
 	peakWorkingSet   int64
 	achievedMiBps    float64
+	throttled        cluster.CPUThrottling // evictiond's CFS throttling during the episode
 }
 
 func TestBenchRamp(t *testing.T) {
-	names := "notifier,brake,brake-memcg-off,poll"
+	names := "notifier,brake,brake-memcg-off,poll,bomb-kubelet-only,bomb,bomb-brake"
 	if only := os.Getenv("BENCH_RAMP_SETUPS"); only != "" {
 		names = only // e.g. kubelet-only to measure the kubelet without evictiond
 	}
 	var setups []rampSetup
+	var bombSetups []bombSetup
 	for _, name := range strings.Split(names, ",") {
+		if b, ok := bombSetupsByName[name]; ok {
+			bombSetups = append(bombSetups, b)
+			continue
+		}
 		s, ok := rampSetupsByName[name]
 		if !ok {
-			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only)", names, name)
+			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake)", names, name)
 		}
 		setups = append(setups, s...)
 	}
@@ -123,7 +129,22 @@ func TestBenchRamp(t *testing.T) {
 			results = append(results, runRampSetup(t, setup)...)
 		})
 	}
-	report := formatRampReport(results)
+	var bombResults []bombResult
+	for _, setup := range bombSetups {
+		t.Run(setup.name, func(t *testing.T) {
+			bombResults = append(bombResults, runBombSetup(t, setup)...)
+		})
+	}
+	var report string
+	if len(results) > 0 {
+		report = formatRampReport(results)
+	}
+	if len(bombResults) > 0 {
+		if report != "" {
+			report += "\n"
+		}
+		report += formatBombReport(bombResults)
+	}
 	t.Log("\n" + report)
 	if out := os.Getenv("BENCH_RAMP_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
@@ -144,20 +165,24 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 		AuditLog:                       true,
 	})
 	ctx := context.Background()
+	evictiondUID := ""
 	if setup.evictiondMode != "" {
-		if _, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode, setup.brake)}); err != nil {
+		pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode, setup.brake)})
+		if err != nil {
 			t.Fatalf("deploying evictiond: %v", err)
 		}
+		evictiondUID = string(pod.UID)
 	}
 	var results []rampResult
 	n := 0
 	for _, rate := range rampRates {
 		for run := range rampRuns {
-			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n))
+			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n), evictiondUID)
 			n++
-			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s",
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s",
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
-				fmtLatency(r.frozenLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps)
+				fmtLatency(r.frozenLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
+				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond))
 			results = append(results, r)
 		}
 	}
@@ -171,6 +196,11 @@ var rampRuns = 3
 // threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), and
 // the brake on or off.
 func rampEvictiondConfig(mode string, brake bool) string {
+	return rampEvictiondConfigWith(mode, brake, "")
+}
+
+// rampEvictiondConfigWith is rampEvictiondConfig with extra evictionHard lines.
+func rampEvictiondConfigWith(mode string, brake bool, extraHard string) string {
 	notifier := "notifier: {memcgThresholds: true, psi: {enabled: true}, pollInterval: 100ms}"
 	if mode == "poll" {
 		notifier = "notifier: {memcgThresholds: false, memoryEvents: false, psi: {enabled: false}, pollInterval: 100ms}"
@@ -180,16 +210,16 @@ kind: EvictionConfiguration
 evictionHard:
   memory.available: 100Mi
   allocatableMemory.available: %dMi
-evictionPressureTransitionPeriod: 30s
+%sevictionPressureTransitionPeriod: 30s
 loop: {interval: 1s, podCleanupTimeout: 30s}
 %s
 eviction:
   rateLimits: {maxPerPass: 1, perMinute: 30, burst: 5, cooldown: 1s}
 brake: {enabled: %t}
-`, rampThreshold>>20, notifier, brake)
+`, rampThreshold>>20, extraHard, notifier, brake)
 }
 
-func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate rampRate, ns string) rampResult {
+func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate rampRate, ns, evictiondUID string) rampResult {
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)
 	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: -1, evictiondLatency: -1, frozenLatency: -1, releasedLatency: -1}
@@ -213,6 +243,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	if err != nil {
 		t.Fatal(err)
 	}
+	throttle := startThrottleWatch(evictiondUID)
 	sampler := startSampler(rampThreshold)
 	// A CPU request: without one the hog gets cpu.shares=2 and, on a machine busy with other
 	// work, cannot reach the higher rates.
@@ -230,10 +261,11 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod hog: %v", err)
 	}
-	last := waitHogDone(t, c, ns, 2*time.Minute)
+	last := waitHogDone(t, c, ns, "memhog", 2*time.Minute)
 	// Let a second eviction, if either actor makes one on stale numbers, happen and be counted.
 	time.Sleep(5 * time.Second)
 	s := sampler.stop()
+	res.throttled = throttle()
 
 	after, err := cluster.ReadPodsMemory()
 	if err != nil {
@@ -323,7 +355,16 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 
 // waitHogDone waits until the hog pod is gone (evicted through the API) or finished
 // (OOM-killed, or evicted by the kubelet), and returns its last seen state.
-func waitHogDone(t *testing.T, c *cluster.Cluster, ns string, timeout time.Duration) *corev1.Pod {
+func waitHogDone(t *testing.T, c *cluster.Cluster, ns, container string, timeout time.Duration) *corev1.Pod {
+	last, ok := waitHogEnd(c, ns, container, timeout)
+	if !ok {
+		t.Fatalf("hog in %s neither evicted nor killed after %s: %s", ns, timeout, describeStatus(last))
+	}
+	return last
+}
+
+// waitHogEnd is waitHogDone that reports a timeout instead of failing.
+func waitHogEnd(c *cluster.Cluster, ns, container string, timeout time.Duration) (*corev1.Pod, bool) {
 	var last *corev1.Pod
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{})
@@ -334,12 +375,9 @@ func waitHogDone(t *testing.T, c *cluster.Cluster, ns string, timeout time.Durat
 			return false, nil
 		}
 		last = pod
-		return podFinished(pod) || pod.DeletionTimestamp != nil && terminatedState(pod, "memhog") != nil, nil
+		return podFinished(pod) || pod.DeletionTimestamp != nil && terminatedState(pod, container) != nil, nil
 	})
-	if err != nil {
-		t.Fatalf("hog in %s neither evicted nor killed after %s: %s", ns, timeout, describeStatus(last))
-	}
-	return last
+	return last, err == nil
 }
 
 // waitPodsMemoryCalm waits until kubepods has at least free bytes available, so an episode
@@ -482,8 +520,8 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | bystanders evicted | OOM kills | peak working set MiB (worst) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | bystanders evicted | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
@@ -497,13 +535,14 @@ func formatRampReport(results []rampResult) string {
 	for _, k := range order {
 		rs := groups[k]
 		var achieved []float64
-		var killed []string
+		var killed, throttled []string
 		var bystanders int
 		var ooms int64
 		var peak int64
 		for _, r := range rs {
 			achieved = append(achieved, r.achievedMiBps)
 			killed = append(killed, r.killedBy)
+			throttled = append(throttled, fmt.Sprintf("%d (%s)", r.throttled.Throttled, r.throttled.ThrottledTime.Round(time.Millisecond)))
 			bystanders += r.bystanders
 			ooms += r.oomKills
 			peak = max(peak, r.peakWorkingSet)
@@ -529,14 +568,31 @@ func formatRampReport(results []rampResult) string {
 			}
 			return out
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %d | %d | %d |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %d | %d | %d | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
 			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
-			bystanders, ooms, peak>>20)
+			bystanders, ooms, peak>>20, strings.Join(throttled, ", "))
 	}
 	b.WriteString("\nLatencies: median / worst over the runs; — : never.\n")
 	return b.String()
+}
+
+// startThrottleWatch notes evictiond's CFS throttling now; the returned function gives what
+// was added since. Without evictiond (uid "") or its cgroup, zero.
+func startThrottleWatch(uid string) func() cluster.CPUThrottling {
+	if uid == "" {
+		return func() cluster.CPUThrottling { return cluster.CPUThrottling{} }
+	}
+	before, err := cluster.PodCPUThrottling(uid)
+	return func() cluster.CPUThrottling {
+		after, err2 := cluster.PodCPUThrottling(uid)
+		if err != nil || err2 != nil {
+			return cluster.CPUThrottling{}
+		}
+		return cluster.CPUThrottling{Periods: after.Periods - before.Periods, Throttled: after.Throttled - before.Throttled,
+			ThrottledTime: after.ThrottledTime - before.ThrottledTime}
+	}
 }

@@ -61,6 +61,11 @@ type Options struct {
 	// (enforceNodeAllocatable: [pods]) with systemReserved = MemTotal - PodsMemoryBytes, so
 	// pods feel real memory pressure while the machine stays safe. Default 3 GiB.
 	PodsMemoryBytes int64
+	// PodsPIDs, when set, is the kubepods cgroup's pids.max, enforced by the kubelet as the
+	// memory limit is (systemReserved pid = the node's PID capacity - PodsPIDs): pods share
+	// that budget, and a fork bomb among them can never take the PIDs of the machine's own
+	// processes. Zero: no PID reservation (kubepods' pids.max is the node's capacity).
+	PodsPIDs int64
 	// KubeletEvictionHard is the kubelet's hard eviction thresholds: the backstop below
 	// evictiond's. Default DefaultKubeletEvictionHard.
 	KubeletEvictionHard map[string]string
@@ -333,6 +338,17 @@ func (c *Cluster) startKubelet(binDir string) error {
 	if reserved <= 0 {
 		return fmt.Errorf("Options.PodsMemoryBytes=%d: must be below the machine's memory (%d bytes)", c.opts.PodsMemoryBytes, total)
 	}
+	systemReserved := map[string]string{"memory": strconv.FormatInt(reserved, 10)}
+	if c.opts.PodsPIDs > 0 {
+		capacity, err := NodePIDCapacity()
+		if err != nil {
+			return err
+		}
+		if c.opts.PodsPIDs >= capacity {
+			return fmt.Errorf("Options.PodsPIDs=%d: must be below the node's PID capacity (%d)", c.opts.PodsPIDs, capacity)
+		}
+		systemReserved["pid"] = strconv.FormatInt(capacity-c.opts.PodsPIDs, 10)
+	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return err
@@ -362,8 +378,9 @@ func (c *Cluster) startKubelet(binDir string) error {
 		VolumePluginDir: filepath.Join(c.Dir, "volume-plugins"),
 		// The kubelet must not add its iptables canary chains to the machine.
 		MakeIPTablesUtilChains: ptr.To(false),
-		// kubepods gets a limit of MemTotal - reserved: real pressure, safe machine.
-		SystemReserved:                   map[string]string{"memory": strconv.FormatInt(reserved, 10)},
+		// kubepods gets a limit of MemTotal - reserved: real pressure, safe machine (and
+		// pids.max = PodsPIDs when set).
+		SystemReserved:                   systemReserved,
 		EnforceNodeAllocatable:           []string{"pods"},
 		EvictionHard:                     c.opts.KubeletEvictionHard,
 		EvictionPressureTransitionPeriod: metav1.Duration{Duration: c.opts.KubeletPressureTransitionPeriod},

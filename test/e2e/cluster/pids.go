@@ -1,0 +1,109 @@
+//go:build e2e
+
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// kubepodsPIDsDir is the kubelet's pods cgroup in the cgroup v1 pids hierarchy.
+const kubepodsPIDsDir = "/sys/fs/cgroup/pids/kubepods"
+
+// NodePIDCapacity is the node's PID capacity as the kubelet and evictiond compute it:
+// min(kernel.pid_max, kernel.threads-max).
+func NodePIDCapacity() (int64, error) {
+	pidMax, err := readInt("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, err
+	}
+	threadsMax, err := readInt("/proc/sys/kernel/threads-max")
+	if err != nil {
+		return 0, err
+	}
+	return min(pidMax, threadsMax), nil
+}
+
+// PIDs is one reading of the node's tasks and of the kubepods pids cgroup.
+type PIDs struct {
+	At time.Time
+	// NodeTasks is the task count of /proc/loadavg (threads included), what pid.available
+	// subtracts from NodePIDCapacity.
+	NodeTasks int64
+	// PodsCurrent and PodsMax are kubepods' pids.current and pids.max (-1: "max").
+	PodsCurrent, PodsMax int64
+}
+
+// PodsLeft is how many more tasks kubepods' pids.max admits; -1 when it has no limit.
+func (p PIDs) PodsLeft() int64 {
+	if p.PodsMax < 0 {
+		return -1
+	}
+	return p.PodsMax - p.PodsCurrent
+}
+
+// NodeTasks is the machine's task count, threads included (/proc/loadavg's total).
+func NodeTasks() (int64, error) {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) < 4 {
+		return 0, fmt.Errorf("/proc/loadavg: %q", data)
+	}
+	_, total, _ := strings.Cut(fields[3], "/")
+	n, err := strconv.ParseInt(total, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/loadavg: %q: %w", data, err)
+	}
+	return n, nil
+}
+
+// ReadPIDs reads /proc/loadavg and the kubepods pids cgroup (which the kubelet creates):
+// cheap enough to sample every few milliseconds.
+func ReadPIDs() (PIDs, error) {
+	p := PIDs{At: time.Now()}
+	var err error
+	if p.NodeTasks, err = NodeTasks(); err != nil {
+		return p, err
+	}
+	if p.PodsCurrent, err = readInt(kubepodsPIDsDir + "/pids.current"); err != nil {
+		return p, err
+	}
+	raw, err := os.ReadFile(kubepodsPIDsDir + "/pids.max")
+	if err != nil {
+		return p, err
+	}
+	if v := strings.TrimSpace(string(raw)); v == "max" {
+		p.PodsMax = -1
+	} else if p.PodsMax, err = strconv.ParseInt(v, 10, 64); err != nil {
+		return p, fmt.Errorf("%s/pids.max = %q: %w", kubepodsPIDsDir, v, err)
+	}
+	return p, nil
+}
+
+// CPUThrottling is a pod's CFS throttling so far (cgroup v1 cpu.stat): how many periods it
+// was throttled in and for how long in all.
+type CPUThrottling struct {
+	Periods, Throttled int64
+	ThrottledTime      time.Duration
+}
+
+// PodCPUThrottling reads the cpu.stat of the pod's cgroup (any QoS class).
+func PodCPUThrottling(uid string) (CPUThrottling, error) {
+	var out CPUThrottling
+	for _, qos := range []string{"", "burstable/", "besteffort/"} {
+		stat, err := readKeyed("/sys/fs/cgroup/cpu/kubepods/" + qos + "pod" + uid + "/cpu.stat")
+		if err != nil {
+			continue
+		}
+		out.Periods, out.Throttled = stat["nr_periods"], stat["nr_throttled"]
+		out.ThrottledTime = time.Duration(stat["throttled_time"])
+		return out, nil
+	}
+	return out, fmt.Errorf("no cpu cgroup for pod %s under /sys/fs/cgroup/cpu/kubepods", uid)
+}
