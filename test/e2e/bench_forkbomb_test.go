@@ -64,11 +64,11 @@ type bombResult struct {
 	setup            string
 	stoppedBy        string
 	leftAtCrossing   int64         // kubepods PIDs left when the crossing was seen
-	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"; -1 when it did not act
-	evictiondLatency time.Duration // crossing -> evictiond's eviction request; -1 when it did not act
-	frozenLatency    time.Duration // crossing -> evictiond's brake froze the bomb; -1 when it did not
-	peakLatency      time.Duration // crossing -> the bomb's last new task (kubepods' peak); -1 never crossed
-	goneLatency      time.Duration // crossing -> half the bomb's tasks gone; -1 never seen
+	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"; notActed when it did not act
+	evictiondLatency time.Duration // crossing -> evictiond's eviction request; notActed when it did not act
+	frozenLatency    time.Duration // crossing -> evictiond's brake froze the bomb; notActed when it did not
+	peakLatency      time.Duration // crossing -> the bomb's last new task (kubepods' peak); notActed never crossed
+	goneLatency      time.Duration // crossing -> half the bomb's tasks gone; notActed never seen
 	exhausted        bool          // kubepods reached pids.max
 	minPodsLeft      int64         // least kubepods pids.max - pids.current seen
 	minNodeAvailable int64         // least node-wide pid.available seen
@@ -129,8 +129,8 @@ func runBombSetup(t *testing.T, setup bombSetup) []bombResult {
 	for run := range rampRuns {
 		r := runBombEpisode(t, c, setup, capacity, threshold, fmt.Sprintf("bomb-%d", run), evictiondUID)
 		t.Logf("%s, run %d: stopped by %s; left at crossing %d; kubelet %s, evictiond %s, frozen %s, growth stopped %s, gone %s; exhausted %t; min left %d; probe refused %d of %d; bystanders evicted %d; peak tasks %d; evictiond CPU-throttled %d of %d periods, %s",
-			setup.name, run+1, r.stoppedBy, r.leftAtCrossing, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency), fmtLatency(r.frozenLatency),
-			fmtLatency(r.peakLatency), fmtLatency(r.goneLatency), r.exhausted, r.minPodsLeft, r.probeRefused, r.probeAttempts, r.bystanders, r.peakTasks,
+			setup.name, run+1, r.stoppedBy, r.leftAtCrossing, fmtBombLatency(r.kubeletLatency), fmtBombLatency(r.evictiondLatency), fmtBombLatency(r.frozenLatency),
+			fmtBombLatency(r.peakLatency), fmtBombLatency(r.goneLatency), r.exhausted, r.minPodsLeft, r.probeRefused, r.probeAttempts, r.bystanders, r.peakTasks,
 			r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond))
 		results = append(results, r)
 	}
@@ -155,7 +155,7 @@ func runBombEpisode(t *testing.T, c *cluster.Cluster, setup bombSetup, capacity,
 		t.Fatalf("the node's PIDPressure did not clear: %v", err)
 	}
 	createNamespace(t, c.Client, ns)
-	res := bombResult{setup: setup.name, kubeletLatency: -1, evictiondLatency: -1, frozenLatency: -1, peakLatency: -1, goneLatency: -1}
+	res := bombResult{setup: setup.name, kubeletLatency: notActed, evictiondLatency: notActed, frozenLatency: notActed, peakLatency: notActed, goneLatency: notActed}
 	bystanders := []*corev1.Pod{
 		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
 		podOnNode(ns, "probe", workloadContainer("pidhog", []string{"-mode=probe", "-rate=50"}, resources("cpu", "50m", "memory", "32Mi"), nil)),
@@ -358,6 +358,18 @@ func (s *pidSampler) stop() pidSamplerResult {
 	return <-s.result
 }
 
+// notActed marks a latency that has no value (the actor did not act, the crossing was not
+// seen). A negative latency is real: evictiond's reading crossed before the bench's sampler
+// saw it (both read /proc/loadavg, at different moments).
+const notActed = time.Duration(-1 << 63)
+
+func fmtBombLatency(d time.Duration) string {
+	if d == notActed {
+		return "did not act"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
 // formatBombReport is one row per fork-bomb setup: the runs' outcomes, the median and worst
 // of each latency, the least PIDs left.
 func formatBombReport(results []bombResult) string {
@@ -390,7 +402,7 @@ func formatBombReport(results []bombResult) string {
 		lat := func(f func(bombResult) time.Duration) string {
 			var ds []time.Duration
 			for _, r := range rs {
-				if d := f(r); d >= 0 {
+				if d := f(r); d != notActed {
 					ds = append(ds, d)
 				}
 			}
