@@ -209,14 +209,14 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	if r, ok := a.evictor.(PendingReporter); ok {
 		r.ReportPending(ctx, a.log)
 	}
-	pods, err := a.pods.ListPods()
+	listed, err := a.pods.ListPods()
 	if err != nil {
 		rep.Err = fmt.Sprintf("listing pods: %v", err)
 		a.finishPass(Observed{}, rep.Err)
 		a.log.Warn("pass skipped: pods unknown", "err", err)
 		return rep
 	}
-	pods = activePods(pods)
+	pods := activePods(listed)
 	obs := a.stats.Observe(ctx, pods)
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
 
@@ -264,9 +264,31 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
 		return rep
 	}
+	var cacheNote string
+	if len(sel.Candidates) == 0 && starved.Threshold.Hard() {
+		// The pod cache may be behind the node (it was, after API server
+		// restarts): select again from the API server's own list.
+		var direct []*v1.Pod
+		if direct, cacheNote = a.podsBehindCache(ctx, listed); direct != nil {
+			pods = activePods(direct)
+			a.stats.ObserveUsage(ctx, pods, &obs)
+			assessment = assessment.WithPods(pods)
+			rep.Assessment = assessment
+			sel = a.engine.Select(assessment, fresh, a.candidatesWanted(starved.Threshold))
+			rep.Selection = &sel
+			if sel.Waiting != "" {
+				a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
+				return rep
+			}
+		}
+	}
 	if len(sel.Candidates) == 0 {
+		why := excludedSummary(sel.Excluded)
+		if cacheNote != "" {
+			why += "; " + cacheNote
+		}
 		a.heldBack(slog.LevelWarn, "unable to evict any pods from the node", "signal", starved.Threshold.Signal,
-			"excluded", len(sel.Excluded), "why", excludedSummary(sel.Excluded))
+			"excluded", len(sel.Excluded), "why", why)
 		return rep
 	}
 	a.lastHeldBack = ""
@@ -274,6 +296,67 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	rep.Evictions = []EvictResult{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
 	return rep
 }
+
+// podsBehindCache checks, when a hard threshold finds no pod to evict, whether
+// the pod cache is behind the node: pod cgroups under kubepods that no cached
+// pod (listed: all of the cache's, terminal ones included) accounts for. If so
+// it lists the node's pods from the API server (DirectPods, rate-limited) and
+// returns that list when it holds pods the cache does not, for the pass to run
+// again on it; otherwise a note for the log on what it found.
+func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Pod, string) {
+	cg, ok := a.stats.(PodCgroups)
+	if !ok {
+		return nil, ""
+	}
+	uids, err := cg.PodCgroupUIDs()
+	if err != nil {
+		return nil, fmt.Sprintf("pod cgroups unreadable: %v", err)
+	}
+	known := make(map[types.UID]bool, 2*len(listed))
+	for _, p := range listed {
+		known[p.UID] = true
+		if m := p.Annotations[mirrorAnnotation]; m != "" {
+			known[types.UID(m)] = true
+		}
+	}
+	var unknown []types.UID
+	for _, u := range uids {
+		if !known[u] {
+			unknown = append(unknown, u)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil, ""
+	}
+	dp, ok := a.pods.(DirectPods)
+	if !ok {
+		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache", len(unknown))
+	}
+	direct, err := dp.ListPodsDirect(ctx)
+	if err != nil {
+		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache; listing the node's pods from the API server: %v", len(unknown), err)
+	}
+	cached := make(map[types.UID]bool, len(listed))
+	for _, p := range listed {
+		cached[p.UID] = true
+	}
+	var missing []string
+	for _, p := range direct {
+		if !cached[p.UID] {
+			missing = append(missing, p.Namespace+"/"+p.Name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache and to the API server (pods being torn down)", len(unknown))
+	}
+	a.log.Warn("pod cache behind the node: deciding on the API server's list of the node's pods",
+		"unknownCgroups", len(unknown), "missingFromCache", missing, "cached", len(listed), "listed", len(direct))
+	return direct, ""
+}
+
+// mirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey: a
+// static pod's mirror names the UID the node runs it under.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // candidatesWanted is how many ranked pods the evictor may try in one pass:
 // its PDB ladder's length for this kind of pressure.

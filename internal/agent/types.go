@@ -51,6 +51,21 @@ type Pods interface {
 	ListPods() ([]*v1.Pod, error)
 }
 
+// DirectPods is a Pods whose ListPods reads a cache (kube.NodeInformers): it
+// can also ask the API server itself, rate-limited. The loop does when a hard
+// threshold is met, no pod of the cache can be evicted, and the node runs pod
+// cgroups the cache does not know (a cache behind the API server).
+type DirectPods interface {
+	ListPodsDirect(ctx context.Context) ([]*v1.Pod, error)
+}
+
+// PodCgroups is a Stats that can name the pods running on the node by their
+// cgroups under kubepods (daemon.MonitorStats): runtime UIDs, a static pod's
+// being its mirror's kubernetes.io/config.mirror annotation.
+type PodCgroups interface {
+	PodCgroupUIDs() ([]types.UID, error)
+}
+
 // NodeStatus publishes the node conditions evictiond reports.
 type NodeStatus interface {
 	SetConditions([]v1.NodeConditionType)

@@ -132,10 +132,11 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		d.cleanups = append(d.cleanups, stop)
 	}
 	if deps.Pods == nil {
-		inf, err := kube.NewNodeInformers(deps.Client, opts.NodeName, 0)
+		inf, err := kube.NewNodeInformers(deps.Client, opts.NodeName)
 		if err != nil {
 			return d, err
 		}
+		inf.Logger = opts.Logger.With("component", "cache")
 		d.Informers = inf
 		d.deps.Pods = inf
 		if opts.NodeStatus {
@@ -263,3 +264,6 @@ func RestartOnlyChanges(old, next *policy.Config) string {
 
 // Recorder is the daemon's Event recorder.
 func (d *Daemon) Recorder() record.EventRecorder { return d.deps.Recorder }
+
+// The node's pod cache offers the loop a direct list when it falls behind.
+var _ agent.DirectPods = (*kube.NodeInformers)(nil)

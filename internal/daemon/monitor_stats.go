@@ -4,6 +4,7 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/monitor"
@@ -15,13 +16,27 @@ import (
 type MonitorStats struct{ M *monitor.Monitor }
 
 var (
-	_ agent.Stats     = MonitorStats{}
-	_ agent.FastStats = MonitorStats{}
+	_ agent.Stats      = MonitorStats{}
+	_ agent.FastStats  = MonitorStats{}
+	_ agent.PodCgroups = MonitorStats{}
 )
 
 // ObserveFast reads the memory and PID signals alone (the brake's second
 // reading).
 func (s MonitorStats) ObserveFast() policy.Observations { return s.M.ObserveFast().Observations }
+
+// PodCgroupUIDs names the pods that have a cgroup under kubepods.
+func (s MonitorStats) PodCgroupUIDs() ([]types.UID, error) {
+	refs, err := s.M.DiscoverPods()
+	if err != nil {
+		return nil, err
+	}
+	uids := make([]types.UID, 0, len(refs))
+	for _, r := range refs {
+		uids = append(uids, r.UID)
+	}
+	return uids, nil
+}
 
 // Observe reads the node signals and the pods' cached disk usage.
 func (s MonitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {

@@ -80,7 +80,7 @@ func BenchmarkNodeInformerSync(b *testing.B) {
 			client := kubernetes.NewForConfigOrDie(cfg)
 			b.ResetTimer()
 			for range b.N {
-				inf, err := NewNodeInformers(client, n.name, 0)
+				inf, err := NewNodeInformers(client, n.name)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -144,7 +144,7 @@ func newTestNode(t testing.TB) *testNode {
 // startInformers starts node-scoped informers on the agent's client.
 func (n *testNode) startInformers(t testing.TB, hook func(*NodeInformers)) *NodeInformers {
 	t.Helper()
-	inf, err := NewNodeInformers(n.agent, n.name, 0)
+	inf, err := NewNodeInformers(n.agent, n.name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -450,7 +450,7 @@ func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
 
 	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
 	defer stop()
-	inf, err := NewNodeInformers(n.agent, n.name, 0)
+	inf, err := NewNodeInformers(n.agent, n.name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,6 +236,15 @@ func (e *Engine) ReclaimSufficient(obs Observations, layout FilesystemLayout) bo
 // Select ranks the pods for the starved threshold and returns up to max
 // candidates. obs are the observations to explain the eviction with (fresh
 // ones after node-level reclaim); nil means the assessment's.
+// WithPods is the assessment with another list of the node's pods to select
+// from (the loop's direct list from the API server when its pod cache was
+// behind); the pods' stats stay the input's map, which the caller fills.
+func (a *Assessment) WithPods(pods []*v1.Pod) *Assessment {
+	c := *a
+	c.input.Pods = pods
+	return &c
+}
+
 func (e *Engine) Select(a *Assessment, obs Observations, max int) Selection {
 	if a.Starved == nil {
 		return Selection{}
