@@ -88,15 +88,17 @@ loop: {interval: 1s, podCleanupTimeout: 30s}
 type requestCounter struct {
 	mu        sync.Mutex
 	counts    map[string]int
-	throttled int // HTTP 429 answers (client-go retries them)
-	failed    int // transport errors and 5xx
+	throttled map[string]int // HTTP 429 answers by "verb resource" (client-go retries them)
+	failed    int            // transport errors and 5xx
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-func newRequestCounter() *requestCounter { return &requestCounter{counts: map[string]int{}} }
+func newRequestCounter() *requestCounter {
+	return &requestCounter{counts: map[string]int{}, throttled: map[string]int{}}
+}
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
@@ -108,20 +110,29 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		case err != nil || resp.StatusCode >= 500:
 			c.failed++
 		case resp.StatusCode == http.StatusTooManyRequests:
-			c.throttled++
+			c.throttled[key]++
 		}
 		c.mu.Unlock()
 		return resp, err
 	})
 }
 
-// snapshot returns the counts so far and resets them.
-func (c *requestCounter) snapshot() (map[string]int, int, int) {
+// snapshot returns the counts so far (requests, 429s, by "verb resource";
+// failures) and resets them.
+func (c *requestCounter) snapshot() (map[string]int, map[string]int, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out, th, f := c.counts, c.throttled, c.failed
-	c.counts, c.throttled, c.failed = map[string]int{}, 0, 0
+	c.counts, c.throttled, c.failed = map[string]int{}, map[string]int{}, 0
 	return out, th, f
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // requestKey is the request's verb as the API server's audit log and
@@ -481,8 +492,8 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Fprintf(w, "\nFleet: %d agents, %d pods, client QPS %v burst %v (per agent), API server %s\n",
 		o.nodes, o.pods, clientQPS, clientBurst, apiServerVersion(b))
 	fmt.Fprintf(w, "start-up: %v for all agents (informers synced); requests %s, 429s %d; API server RSS %d MiB before the agents\n",
-		started.Round(time.Millisecond), summarize(startCounts, 1), startThrottled, before.rssKiB>>10)
-	fmt.Fprintf(w, "\n%-34s %12s %12s %12s\n", "request (verb resource)", "quiet /s", "storm total", "flap total")
+		started.Round(time.Millisecond), summarize(startCounts, 1), sum(startThrottled), before.rssKiB>>10)
+	fmt.Fprintf(w, "\n%-34s %12s %12s %12s %12s %12s\n", "request (verb resource)", "quiet /s", "storm total", "storm 429s", "flap total", "flap 429s")
 	keys := map[string]bool{}
 	for _, m := range []map[string]int{quiet, storm, flap} {
 		for k := range m {
@@ -496,7 +507,7 @@ func BenchmarkFleet(b *testing.B) {
 	sort.Strings(sorted)
 	var quietWrites, stormWrites, flapWrites int
 	for _, k := range sorted {
-		fmt.Fprintf(w, "%-34s %12.3f %12d %12d\n", k, float64(quiet[k])/o.quiet.Seconds(), storm[k], flap[k])
+		fmt.Fprintf(w, "%-34s %12.3f %12d %12d %12d %12d\n", k, float64(quiet[k])/o.quiet.Seconds(), storm[k], stormThrottled[k], flap[k], flapThrottled[k])
 		if isWrite(k) {
 			quietWrites += quiet[k]
 			stormWrites += storm[k]
@@ -504,20 +515,20 @@ func BenchmarkFleet(b *testing.B) {
 		}
 	}
 	fmt.Fprintf(w, "\nquiet (%v): %d writes (%.3f/s), 429s %d, failures %d; API server CPU %.1f%%, RSS %d MiB\n",
-		o.quiet, quietWrites, float64(quietWrites)/o.quiet.Seconds(), quietThrottled, quietFailed, cpuPercent(p0, p1), p1.rssKiB>>10)
+		o.quiet, quietWrites, float64(quietWrites)/o.quiet.Seconds(), sum(quietThrottled), quietFailed, cpuPercent(p0, p1), p1.rssKiB>>10)
 	fmt.Fprintf(w, "storm (pressure %v, episode %v until released everywhere): %d writes = %.1f per node per episode, 429s %d, failures %d\n",
-		o.storm, episode.Round(time.Second), stormWrites, float64(stormWrites)/float64(o.nodes), stormThrottled, stormFailed)
+		o.storm, episode.Round(time.Second), stormWrites, float64(stormWrites)/float64(o.nodes), sum(stormThrottled), stormFailed)
 	fmt.Fprintf(w, "  condition+taint shown on %d/%d nodes: p50 %v, p99 %v, max %v after the pressure began\n",
 		len(shownLat), o.nodes, pct(shownLat, 0.5), pct(shownLat, 0.99), pct(shownLat, 1))
 	fmt.Fprintf(w, "  released on %d/%d nodes: p50 %v, p99 %v, max %v after the pressure ended (transition period %v)\n",
 		len(releasedLat), o.nodes, pct(releasedLat, 0.5), pct(releasedLat, 0.99), pct(releasedLat, 1), cfg.PressureTransitionPeriod)
 	fmt.Fprintf(w, "  API server CPU %.1f%% over the episode, RSS %d MiB\n", cpuPercent(p1, p2), p2.rssKiB>>10)
 	fmt.Fprintf(w, "flap (threshold crossed and back every 2 s for %v, episode %v): %d writes = %.1f per node, 429s %d, failures %d; API server CPU %.1f%%\n",
-		o.flap, flapEpisode.Round(time.Second), flapWrites, float64(flapWrites)/float64(o.nodes), flapThrottled, flapFailed, cpuPercent(p2, p3))
+		o.flap, flapEpisode.Round(time.Second), flapWrites, float64(flapWrites)/float64(o.nodes), sum(flapThrottled), flapFailed, cpuPercent(p2, p3))
 	b.ReportMetric(float64(quietWrites)/o.quiet.Seconds(), "quiet-writes/s")
 	b.ReportMetric(float64(stormWrites)/float64(o.nodes), "writes/node/episode")
 	b.ReportMetric(pct(shownLat, 1).Seconds(), "all-shown-s")
-	b.ReportMetric(float64(stormThrottled+flapThrottled), "429s")
+	b.ReportMetric(float64(sum(stormThrottled)+sum(flapThrottled)), "429s")
 	b.ReportMetric(float64(flapWrites)/float64(o.nodes), "flap-writes/node")
 	if len(shownLat) != o.nodes || len(releasedLat) != o.nodes {
 		b.Errorf("condition and taint shown on %d and released on %d of %d nodes", len(shownLat), len(releasedLat), o.nodes)
