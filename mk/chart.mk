@@ -32,6 +32,9 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set nodePool.name=gpu 2>&1); \
 		echo "$$out" | grep -q "additional properties 'nodePool' not allowed" || \
 		{ echo "a misspelt value was not refused by values.schema.json: $$out"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set flowcontrol.handSize=16 2>&1); \
+		echo "$$out" | grep -q "/flowcontrol/handSize': maximum: got 16, want 15" || \
+		{ echo "a hand size the API server refuses was not refused by values.schema.json: $$out"; exit 1; }
 	@out=$$($(HELM) template x $(CHART) --set configYAML='a: [' 2>&1); \
 		echo "$$out" | grep -q "configYAML: not a YAML map" || \
 		{ echo "a configYAML that is not YAML was not refused by name: $$out"; exit 1; }
