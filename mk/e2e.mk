@@ -32,7 +32,8 @@ test-e2e: k8s-binaries e2e-deps e2e-prometheus helm
 # markdown table with the median and worst latencies (also written to $(BENCH_RAMP_OUT)).
 # See docs/benchmarks.md. BENCH_RAMP_SETUPS picks setups (notifier, brake, brake-memcg-off,
 # memcg-off, poll, kubelet-only; the fork bomb vs pid.available: bomb-kubelet-only, bomb,
-# bomb-brake), BENCH_RAMP_RATES rates (100, 400, 1000, 4000, max).
+# bomb-brake; the disk filler vs nodefs.available: disk-kubelet-only, disk, disk-brake),
+# BENCH_RAMP_RATES rates (100, 400, 1000, 4000, max).
 BENCH_RAMP_OUT    ?= bin/bench-ramp.md
 BENCH_RAMP_SETUPS ?=
 BENCH_RAMP_RATES  ?=

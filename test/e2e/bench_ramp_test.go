@@ -81,20 +81,25 @@ type rampResult struct {
 }
 
 func TestBenchRamp(t *testing.T) {
-	names := "notifier,brake,brake-memcg-off,poll,bomb-kubelet-only,bomb,bomb-brake"
+	names := "notifier,brake,brake-memcg-off,poll,bomb-kubelet-only,bomb,bomb-brake,disk-kubelet-only,disk,disk-brake"
 	if only := os.Getenv("BENCH_RAMP_SETUPS"); only != "" {
 		names = only // e.g. kubelet-only to measure the kubelet without evictiond
 	}
 	var setups []rampSetup
 	var bombSetups []bombSetup
+	var diskSetups []diskSetup
 	for _, name := range strings.Split(names, ",") {
 		if b, ok := bombSetupsByName[name]; ok {
 			bombSetups = append(bombSetups, b)
 			continue
 		}
+		if d, ok := diskSetupsByName[name]; ok {
+			diskSetups = append(diskSetups, d)
+			continue
+		}
 		s, ok := rampSetupsByName[name]
 		if !ok {
-			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake)", names, name)
+			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake, disk-kubelet-only, disk, disk-brake)", names, name)
 		}
 		setups = append(setups, s...)
 	}
@@ -135,6 +140,12 @@ func TestBenchRamp(t *testing.T) {
 			bombResults = append(bombResults, runBombSetup(t, setup)...)
 		})
 	}
+	var diskResults []diskResult
+	for _, setup := range diskSetups {
+		t.Run(setup.name, func(t *testing.T) {
+			diskResults = append(diskResults, runDiskSetup(t, setup)...)
+		})
+	}
 	var report string
 	if len(results) > 0 {
 		report = formatRampReport(results)
@@ -144,6 +155,12 @@ func TestBenchRamp(t *testing.T) {
 			report += "\n"
 		}
 		report += formatBombReport(bombResults)
+	}
+	if len(diskResults) > 0 {
+		if report != "" {
+			report += "\n"
+		}
+		report += formatDiskReport(diskResults)
 	}
 	t.Log("\n" + report)
 	if out := os.Getenv("BENCH_RAMP_OUT"); out != "" {

@@ -66,6 +66,11 @@ type Options struct {
 	// that budget, and a fork bomb among them can never take the PIDs of the machine's own
 	// processes. Zero: no PID reservation (kubepods' pids.max is the node's capacity).
 	PodsPIDs int64
+	// NodeFsBytes, when set, puts the kubelet's root dir (nodefs: emptyDirs, pods' volumes) on
+	// a filesystem of its own of that size: an ext4 image in the cluster directory, loop-mounted
+	// at KubeletRootDir, so a disk filler fills that and never the machine's own filesystem.
+	// The image is sparse: the machine's disk holds only what is written to it.
+	NodeFsBytes int64
 	// KubeletEvictionHard is the kubelet's hard eviction thresholds: the backstop below
 	// evictiond's. Default DefaultKubeletEvictionHard.
 	KubeletEvictionHard map[string]string
@@ -221,6 +226,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(func() { c.stopComponents(t) })
 	if err := c.startControlPlaneExtras(binDir); err != nil {
 		t.Fatal(err)
+	}
+	if opts.NodeFsBytes > 0 {
+		if err := c.mountNodeFs(opts.NodeFsBytes); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.startKubelet(binDir); err != nil {
 		t.Fatal(err)
@@ -544,4 +554,32 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// mountNodeFs creates a sparse ext4 image of size bytes in the cluster directory and
+// loop-mounts it at KubeletRootDir (cleanupHost unmounts everything under the directory; the
+// loop device is released with the last unmount, mount(8)'s autoclear).
+func (c *Cluster) mountNodeFs(size int64) error {
+	image := filepath.Join(c.Dir, "nodefs.img")
+	f, err := os.Create(image)
+	if err != nil {
+		return fmt.Errorf("creating the nodefs image: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("sizing the nodefs image: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", image).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %w: %s", image, err, out)
+	}
+	if err := os.MkdirAll(c.KubeletRootDir, 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.Command("mount", "-o", "loop", image, c.KubeletRootDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mounting %s at %s: %w: %s", image, c.KubeletRootDir, err, out)
+	}
+	return nil
 }
