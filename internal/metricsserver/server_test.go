@@ -1,11 +1,14 @@
 package metricsserver
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,6 +110,40 @@ func TestPlainOnOneAddressServesEverything(t *testing.T) {
 		if got, _ := get(t, http.DefaultClient, "http://"+s.MetricsAddr.String()+path, ""); got != 200 {
 			t.Errorf("GET %s: %d, want 200", path, got)
 		}
+	}
+}
+
+// A client that leaves its keep-alive connection open does not keep it in the agent
+// forever: the server closes it after idleTimeout.
+func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
+	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
+	idleTimeout = 300 * time.Millisecond
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0"}})
+	conn, err := net.Dial("tcp", s.MetricsAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("GET /healthz: %d, close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	n, err := conn.Read(make([]byte, 1))
+	if n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("idle connection: read %d bytes, err %v; want the server to close it (EOF)", n, err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("idle connection closed after %v; want about idleTimeout (300ms)", took)
 	}
 }
 
