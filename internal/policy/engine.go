@@ -351,14 +351,22 @@ func (e *Engine) isPending(uid types.UID) bool {
 // signals also wait out their averaging window).
 func (e *Engine) updatePending(in Input, now time.Time) {
 	present := make(map[types.UID]bool, len(in.Pods))
+	listed := make(map[types.UID]bool, len(in.Pods))
 	for _, p := range in.Pods {
+		listed[p.UID] = true
 		if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
 			present[p.UID] = true
 		}
 	}
 	kept := e.pending[:0]
 	for _, p := range e.pending {
-		if p.goneAt.IsZero() && !present[p.uid] {
+		here := present[p.uid]
+		if holdsDisk(p.signal) {
+			// Its emptyDirs, logs and writable layer are freed when the
+			// kubelet removes the pod, not when its containers exit.
+			here = listed[p.uid]
+		}
+		if p.goneAt.IsZero() && !here {
 			p.goneAt = now
 			if p.hard && !p.braked {
 				e.observeEvictionPath(p.goneAt.Sub(p.evictedAt))
@@ -379,6 +387,14 @@ func (e *Engine) updatePending(in Input, now time.Time) {
 
 func isLocalStorageSignal(s Signal) bool {
 	return s == SignalEmptyDirLimit || s == SignalPodEphemeralLimit || s == SignalContainerEphemeralLimit
+}
+
+// holdsDisk: a pod evicted for s frees what s measures only once the kubelet
+// has removed it (disk space and inodes: emptyDirs, logs, writable layers),
+// while memory and PIDs are freed when its containers exit.
+func holdsDisk(s Signal) bool {
+	r := s.Resource()
+	return isLocalStorageSignal(s) || r == ResourceEphemeralStorage || r == ResourceInodes
 }
 
 // settleSignal is the signal whose newer observation shows an eviction's
@@ -427,6 +443,10 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 			if p.signal == "" {
 				return fmt.Sprintf("waiting for %s to terminate (already terminating when evictiond started, deletion requested %v ago; up to loop.podCleanupTimeout %v)",
 					p.key, now.Sub(p.evictedAt).Round(time.Millisecond), e.cfg.PodCleanupTimeout)
+			}
+			if holdsDisk(p.signal) {
+				return fmt.Sprintf("waiting for %s to be removed (evicted %v ago for %s: its emptyDirs, logs and writable layer are freed then; up to loop.podCleanupTimeout %v)",
+					p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)
 			}
 			return fmt.Sprintf("waiting for %s to terminate (evicted %v ago for %s, up to loop.podCleanupTimeout %v)",
 				p.key, now.Sub(p.evictedAt).Round(time.Millisecond), p.signal, e.cfg.PodCleanupTimeout)

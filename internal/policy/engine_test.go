@@ -453,7 +453,7 @@ func TestEngine_LocalStorageEvictionIsWaitedFor(t *testing.T) {
 	// Pass 2: nodefs below its threshold while filler still terminates: wait.
 	clock.Step(time.Second)
 	sel := e.Select(e.Assess(input(8*Gi, clock.now, filler, other)), nil, 1)
-	if !strings.HasPrefix(sel.Waiting, "waiting for default/filler to terminate") {
+	if !strings.HasPrefix(sel.Waiting, "waiting for default/filler to be removed") {
 		t.Fatalf("while the local-storage victim terminates: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
 	}
 
@@ -548,5 +548,49 @@ func TestEngine_DegenerateInputs(t *testing.T) {
 		if i == 3 && (a.Starved == nil || len(sel.Candidates) != 2) {
 			t.Fatalf("input %d: nodefs 0 < 1Gi should evict one of two pods: starved %v, candidates %d", i, a.Starved != nil, len(sel.Candidates))
 		}
+	}
+}
+
+// A pod evicted for a disk signal frees its space only when the kubelet
+// removes it (its emptyDirs, logs and writable layer go with the pod), not
+// when its containers exit: a terminated pod still on the node is waited
+// for, and no second victim is chosen on disk numbers that still hold the
+// first one's files (make bench-ramp's disk filler: the writer ended by
+// SIGTERM showed Succeeded while its 2 GiB emptyDir was still there, and the
+// Guaranteed bystander, which wrote nothing, was evicted next). A memory
+// victim is gone as soon as it terminated, as before.
+func TestEngine_DiskVictimIsWaitedForUntilRemovedNotJustTerminated(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {nodefs.available: 1Gi, memory.available: 100Mi}\nreclaim: {containerGC: false, podLogs: false, imageGC: {enabled: false}}"), clock, "")
+	writer := newPod("writer", withVolumes(emptyDir("scratch", "", "")))
+	bystander := newPod("bystander")
+	stats := PodStatsByUID{
+		"writer":    {Volumes: map[string]VolumeStats{"scratch": {UsedBytes: i64(2 * Gi)}}},
+		"bystander": {Containers: map[string]ContainerStats{"c": {RootfsBytes: i64(1 * Mi)}}},
+	}
+	input := func(avail int64, pods ...*v1.Pod) Input {
+		return Input{Observations: Observations{SignalNodeFsAvailable: obsAt(avail, 3*Gi, clock.now), SignalMemoryAvailable: obsAt(8*Gi, 16*Gi, clock.now)},
+			Pods: pods, Stats: stats}
+	}
+	sel := e.Select(e.Assess(input(900*Mi, writer, bystander)), nil, 1)
+	if len(sel.Candidates) != 1 || sel.Candidates[0].Pod.Name != "writer" {
+		t.Fatalf("first victim: %+v (waiting %q), want the writer", sel.Candidates, sel.Waiting)
+	}
+	e.Evicted(sel.Candidates[0])
+
+	terminated := writer.DeepCopy()
+	terminated.Status.Phase = v1.PodSucceeded // SIGTERM: it exited 0; its emptyDir is still there
+	for i := range 3 {
+		clock.Step(time.Second)
+		sel = e.Select(e.Assess(input(500*Mi, terminated, bystander)), nil, 1)
+		if len(sel.Candidates) != 0 || !strings.HasPrefix(sel.Waiting, "waiting for default/writer to be removed") {
+			t.Fatalf("pass %d, writer terminated but not removed: candidates %+v, waiting %q", i+2, sel.Candidates, sel.Waiting)
+		}
+	}
+	// Removed: its space is back.
+	clock.Step(time.Second)
+	sel = e.Select(e.Assess(input(2500*Mi, bystander)), nil, 1)
+	if len(sel.Candidates) != 0 {
+		t.Fatalf("after the writer was removed and its space came back: candidates %+v", sel.Candidates)
 	}
 }
