@@ -200,6 +200,17 @@ func (a *Agent) Pass(ctx context.Context, source string) Report {
 	return rep
 }
 
+// HoldConditions keeps conds (the pressure the node shows from a previous run)
+// for the transition period; call before Run.
+func (a *Agent) HoldConditions(conds []v1.NodeConditionType) {
+	if len(conds) == 0 {
+		return
+	}
+	a.engine.HoldConditions(conds)
+	a.log.Info("pressure shown by the previous run held for the transition period",
+		"conditions", conds, "transitionPeriod", a.engine.Config().PressureTransitionPeriod)
+}
+
 // pass is one decision: the steps of docs/architecture.md's loop, one call each.
 func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()

@@ -168,6 +168,11 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if deps.Freezer != nil {
 		deps.Freezer.OnExpire(d.Agent.BrakeExpired)
 	}
+	if d.Status != nil {
+		// A restart (a crash, an upgrade) does not release the pressure the node
+		// shows at once: the transition period runs again from now.
+		d.Agent.HoldConditions(d.Status.ShownPressure())
+	}
 	return d, nil
 }
 

@@ -293,6 +293,27 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 	return nil
 }
 
+// ShownPressure lists the pressures the node shows as evictiond's (a True entry of its
+// own condition type or a standard one with its reason, or its taint): at start, what
+// an earlier run left. The caller must have synced the node cache.
+func (s *NodeStatus) ShownPressure() []corev1.NodeConditionType {
+	node, err := s.node.Get(s.opts.NodeName)
+	if err != nil {
+		return nil
+	}
+	var out []corev1.NodeConditionType
+	for _, kind := range pressureKinds {
+		shown := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == kind.taintKey })
+		for _, t := range []corev1.NodeConditionType{kind.condition, kind.own} {
+			shown = shown || oursTrue(kind, t, findCondition(node, t))
+		}
+		if shown {
+			out = append(out, kind.condition)
+		}
+	}
+	return out
+}
+
 // currentNode is the informer's node, unless the cache has not caught up with our own
 // last write yet, in which case that write's answer is newer.
 func (s *NodeStatus) currentNode() (*corev1.Node, error) {

@@ -142,6 +142,19 @@ func (e *Engine) SetConfig(cfg *Config) {
 	e.thresholdsMet = kept
 }
 
+// HoldConditions records conds as observed now: they stay in Assessment.Conditions
+// for the transition period even if no threshold is met. A restarted agent calls it
+// with the pressure the node still shows from its previous run, which it would
+// otherwise release at once (it cannot know when that run last saw the pressure).
+func (e *Engine) HoldConditions(conds []v1.NodeConditionType) {
+	now := e.clock.Now()
+	for _, c := range conds {
+		if at, ok := e.conditionsObserved[c]; !ok || at.Before(now) {
+			e.conditionsObserved[c] = now
+		}
+	}
+}
+
 // Assess evaluates the thresholds on fresh observations and updates the
 // engine's state: the kubelet's synchronize steps 6 to 16.
 func (e *Engine) Assess(in Input) *Assessment {

@@ -69,3 +69,24 @@ func TestEngine_AdoptsOnlyRecentDeletionsAtStart(t *testing.T) {
 		t.Fatalf("a pod deleted after the first pass: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
 	}
 }
+
+// A restarted agent holds the pressure the node still shows (HoldConditions) for
+// the transition period, as if observed at start, then releases it; pressure
+// observed later extends it as usual.
+func TestEngine_HeldConditionsLastTheTransitionPeriod(t *testing.T) {
+	clock := newFakeClock()
+	e := NewEngine(mustLoad(t, "evictionHard: {memory.available: 1Gi}\nenforceNodeAllocatable: []\nevictionPressureTransitionPeriod: 30s"), clock, "")
+	e.HoldConditions([]v1.NodeConditionType{v1.NodeMemoryPressure})
+	quiet := memInput(clock, 4*Gi, nil, PodStatsByUID{})
+	if a := e.Assess(quiet); len(a.Conditions) != 1 || a.Conditions[0] != v1.NodeMemoryPressure || a.Starved != nil {
+		t.Fatalf("right after the restart: conditions %v, starved %v; want MemoryPressure held, nothing starved", a.Conditions, a.Starved)
+	}
+	clock.Step(29 * time.Second)
+	if a := e.Assess(memInput(clock, 4*Gi, nil, PodStatsByUID{})); len(a.Conditions) != 1 {
+		t.Fatalf("29s after: conditions %v, want still held", a.Conditions)
+	}
+	clock.Step(2 * time.Second)
+	if a := e.Assess(memInput(clock, 4*Gi, nil, PodStatsByUID{})); len(a.Conditions) != 0 {
+		t.Fatalf("31s after: conditions %v, want released", a.Conditions)
+	}
+}
