@@ -2,7 +2,7 @@
 # episode (memory, disk, PIDs in turn), a ConfigMap reload and an API server or containerd
 # restart; prints the agent's RSS, open fds and goroutines (first, last, max, fitted slope per
 # hour) and its API requests per hour from the audit log, and fails on growth of goroutines or
-# fds. `make soak SOAK_DURATION=3m` is the short form (it is not in make test: see mk/e2e.mk).
+# fds. `make soak SOAK_DURATION=3m` is the short form (the one make test-e2e runs).
 # The cluster lock is held for the whole run: 60 minutes takes the machine for an hour.
 SOAK_DURATION ?= 60m
 SOAK_TIMEOUT  ?= 100m
