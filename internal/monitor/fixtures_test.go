@@ -469,3 +469,28 @@ func TestFixturePIDAvailableCarriesTheKubepodsPIDsLimit(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// ObserveFast (the fast poll's and the brake's second reading) reads the
+// memory signals, pid.available and nodefs (one statfs), and nothing that
+// needs the CRI or the pod cgroups: no imagefs, no pod usage.
+func TestFixtureObserveFastReadsMemoryPIDsAndNodefsOnly(t *testing.T) {
+	m := fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, nil)
+	s := m.ObserveFast()
+	var st unix.Statfs_t
+	if err := unix.Statfs("testdata/v2-systemd/var/lib/kubelet", &st); err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := s.Observations[policy.SignalNodeFsAvailable]; !ok || o.Capacity != int64(st.Blocks)*st.Frsize {
+		t.Errorf("nodefs.available %+v (present %v), statfs capacity %d", o, ok, int64(st.Blocks)*st.Frsize)
+	}
+	wantObservation(t, s, policy.SignalPIDAvailable, fixtureMaxPID-fixtureTasks, fixtureMaxPID)
+	wantObservation(t, s, policy.SignalMemoryAvailable, fixtureMemTotal-fixtureRootWS, fixtureMemTotal)
+	for _, sig := range []policy.Signal{policy.SignalImageFsAvailable, policy.SignalContainerFsAvailable} {
+		if _, ok := s.Observations[sig]; ok {
+			t.Errorf("%s read by ObserveFast", sig)
+		}
+	}
+	if len(s.Pods) != 0 {
+		t.Errorf("pod usage read by ObserveFast: %d pods", len(s.Pods))
+	}
+}

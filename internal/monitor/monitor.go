@@ -279,13 +279,14 @@ func (m *Monitor) ObserveMemory() *Snapshot {
 	return s
 }
 
-// ObserveFast reads the memory signals and pid.available: what the brake
-// races on and the fast poll watches, from cgroupfs and /proc only (no
-// filesystem, no CRI call, no pod cgroup); well under a millisecond.
+// ObserveFast reads the memory signals, pid.available and nodefs: what the
+// brake races on and the fast poll watches, from cgroupfs, /proc and one
+// statfs (no CRI call, no pod cgroup); well under a millisecond.
 func (m *Monitor) ObserveFast() *Snapshot {
 	s, b := newSnapshot(m)
 	m.readMemorySignals(b)
 	m.readPIDSignal(b)
+	m.readNodeFs(b)
 	return s
 }
 

@@ -135,15 +135,7 @@ func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
 // kubelet's root dir, and imagefs/containerfs from the filesystems the CRI
 // names (falling back to cAdvisor's view of ImageFsDir).
 func (m *Monitor) readFilesystemSignals(ctx context.Context, b *snapshotBuilder) {
-	node, err := nodefs.Statfs(m.nodeFs)
-	if err != nil {
-		b.miss(policy.SignalNodeFsAvailable, err.Error(), true)
-		b.miss(policy.SignalNodeFsInodesFree, err.Error(), true)
-	} else {
-		at := time.Now()
-		m.addFs(b, "nodefs", m.cfg.KubeletRootDir, node, at, SourceStatfs, nil,
-			policy.SignalNodeFsAvailable, policy.SignalNodeFsInodesFree)
-	}
+	node := m.readNodeFs(b)
 
 	image, container, ok := m.readRuntimeFs(ctx, b)
 	if !ok {
@@ -152,6 +144,20 @@ func (m *Monitor) readFilesystemSignals(ctx context.Context, b *snapshotBuilder)
 	if node.Device != 0 {
 		b.s.Layout = nodefs.Layout(node.Device, image.Device, container.Device)
 	}
+}
+
+// readNodeFs reads nodefs (the filesystem of the kubelet's root dir) with one
+// statfs: cheap enough for the fast poll.
+func (m *Monitor) readNodeFs(b *snapshotBuilder) nodefs.Usage {
+	node, err := nodefs.Statfs(m.nodeFs)
+	if err != nil {
+		b.miss(policy.SignalNodeFsAvailable, err.Error(), true)
+		b.miss(policy.SignalNodeFsInodesFree, err.Error(), true)
+		return node
+	}
+	m.addFs(b, "nodefs", m.cfg.KubeletRootDir, node, time.Now(), SourceStatfs, nil,
+		policy.SignalNodeFsAvailable, policy.SignalNodeFsInodesFree)
+	return node
 }
 
 // readRuntimeFs returns the imagefs and containerfs usage and reports their

@@ -3,9 +3,9 @@ package notify
 import "github.com/evictiond/evictiond/internal/policy"
 
 // OptionsFromConfig maps a compiled configuration onto Options: the notifier
-// switches and the memory.available / allocatableMemory.available and
-// pid.available thresholds (hard and soft; PSI and disk thresholds are not
-// the fast path's). Paths,
+// switches and the memory.available / allocatableMemory.available,
+// pid.available and nodefs.available thresholds (hard and soft; PSI, inode and
+// the CRI-read imagefs/containerfs thresholds are not the fast path's). Paths,
 // the reader, logger and metrics are the daemon's to fill in.
 //
 // A signal with two thresholds of the same kind (an explicit
@@ -27,7 +27,7 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 	index := map[string]int{}
 	for _, pt := range cfg.Thresholds {
 		switch pt.Signal {
-		case policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable, policy.SignalPIDAvailable:
+		case policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable, policy.SignalPIDAvailable, policy.SignalNodeFsAvailable:
 		default:
 			continue
 		}

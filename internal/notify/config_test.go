@@ -28,9 +28,10 @@ notifier:
 		"soft memory.available":            {Signal: policy.SignalMemoryAvailable, Percentage: float64(float32(0.1))},
 		"hard allocatableMemory.available": {Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20},
 		"hard pid.available":               {Signal: policy.SignalPIDAvailable, Hard: true, Available: 1000},
+		"hard nodefs.available":            {Signal: policy.SignalNodeFsAvailable, Hard: true, Percentage: float64(float32(0.1))},
 	}
 	if len(opts.Thresholds) != len(want) {
-		t.Fatalf("thresholds = %+v, want %d memory and PID thresholds", opts.Thresholds, len(want))
+		t.Fatalf("thresholds = %+v, want %d memory, PID and nodefs thresholds", opts.Thresholds, len(want))
 	}
 	for _, th := range opts.Thresholds {
 		if w, ok := want[th.name()]; !ok || w != th {

@@ -232,8 +232,8 @@ func TestSetThresholdsRearmsAndDropsNotifiers(t *testing.T) {
 		}
 		return soft && !hard
 	})
-	if err := m.SetThresholds([]Threshold{{Signal: policy.SignalNodeFsAvailable, Available: 1}}); err == nil {
-		t.Fatal("SetThresholds accepted a disk signal")
+	if err := m.SetThresholds([]Threshold{{Signal: policy.SignalImageFsAvailable, Available: 1}}); err == nil {
+		t.Fatal("SetThresholds accepted imagefs.available (read through the CRI, not polled)")
 	}
 }
 

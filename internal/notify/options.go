@@ -115,8 +115,9 @@ func (o Options) Validate() error {
 			bad(field, t.name(), fmt.Sprintf("duplicates thresholds[%d]: one hard and one soft threshold per signal", j))
 		}
 		seen[t.name()] = i
-		if !t.memory() && t.Signal != policy.SignalPIDAvailable {
-			bad(field+".signal", t.Signal, fmt.Sprintf("must be %s, %s or %s", policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable, policy.SignalPIDAvailable))
+		if !t.memory() && t.Signal != policy.SignalPIDAvailable && t.Signal != policy.SignalNodeFsAvailable {
+			bad(field+".signal", t.Signal, fmt.Sprintf("must be %s, %s, %s or %s", policy.SignalMemoryAvailable, policy.SignalAllocatableMemoryAvailable,
+				policy.SignalPIDAvailable, policy.SignalNodeFsAvailable))
 		}
 		switch {
 		case t.Available != 0 && t.Percentage != 0:

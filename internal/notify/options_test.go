@@ -47,7 +47,7 @@ func TestValidateNamesFieldValueAndRule(t *testing.T) {
 		{"relative cgroup root", func(o *Options) { o.CgroupRoot = "sys/fs/cgroup" }, []string{"cgroupRoot=sys/fs/cgroup", "absolute"}},
 		{"kubepods escapes", func(o *Options) { o.KubepodsCgroup = "../etc" }, []string{"kubepodsCgroup=../etc"}},
 		{"kubepods absolute", func(o *Options) { o.KubepodsCgroup = "/kubepods" }, []string{"kubepodsCgroup=/kubepods"}},
-		{"disk signal", func(o *Options) { o.Thresholds[0].Signal = policy.SignalNodeFsAvailable }, []string{"thresholds[0].signal=nodefs.available", "must be memory.available, allocatableMemory.available or pid.available"}},
+		{"imagefs signal (read through the CRI: not polled)", func(o *Options) { o.Thresholds[0].Signal = policy.SignalImageFsAvailable }, []string{"thresholds[0].signal=imagefs.available", "must be memory.available, allocatableMemory.available, pid.available or nodefs.available"}},
 		{"both forms", func(o *Options) { o.Thresholds[0].Percentage = 0.5 }, []string{"thresholds[0]=available=104857600 percentage=0.5", "exactly one"}},
 		{"negative bytes", func(o *Options) { o.Thresholds[0].Available = -1 }, []string{"thresholds[0].available=-1"}},
 		{"percentage 100", func(o *Options) { o.Thresholds[1].Percentage = 1 }, []string{"thresholds[1].percentage=1", "(0, 1)"}},

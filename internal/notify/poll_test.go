@@ -137,3 +137,41 @@ func TestPollWatchesPIDAvailable(t *testing.T) {
 		t.Error("poll needed with every (memory) threshold armed")
 	}
 }
+
+// nodefs.available is polled like pid.available (one statfs per read; no
+// kernel notifier for free space): a threshold in percent of the
+// filesystem's capacity wakes the loop when crossed, and keeps the poll on.
+func TestPollWatchesNodeFsAvailable(t *testing.T) {
+	var next policy.Observations
+	w := NewWaker()
+	m, err := New(Options{
+		Thresholds: []Threshold{{Signal: policy.SignalNodeFsAvailable, Hard: true, Percentage: 0.1}},
+		ReadMemory: func() (policy.Observations, error) { return next, nil },
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:    NewMetrics(),
+	}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.pollNeeded() {
+		t.Fatal("poll not needed with a nodefs.available threshold")
+	}
+	met := map[string]bool{}
+	for _, s := range []struct {
+		avail    int64
+		wantWake bool
+	}{{50 << 30, false}, {11 << 30, false}, {9 << 30, true}, {5 << 30, false}, {12 << 30, true}} {
+		next = policy.Observations{policy.SignalNodeFsAvailable: {Available: s.avail, Capacity: 100 << 30, Time: time.Now()}}
+		w.Take()
+		m.pollOnce(met, "")
+		woke := false
+		select {
+		case <-w.C():
+			woke = true
+		default:
+		}
+		if woke != s.wantWake {
+			t.Errorf("nodefs.available %d GiB of 100: woke=%v, want %v", s.avail>>30, woke, s.wantWake)
+		}
+	}
+}

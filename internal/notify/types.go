@@ -81,15 +81,16 @@ const (
 // the capacity the notifier reads itself).
 type Threshold struct {
 	// Signal is policy.SignalMemoryAvailable (root memcg),
-	// policy.SignalAllocatableMemoryAvailable (kubepods memcg) or
-	// policy.SignalPIDAvailable. The kernel has no notifier for PIDs (the
-	// pids controller reports only forks refused at its limit), so a
-	// pid.available threshold is watched by the poll alone, and keeps it
-	// running.
+	// policy.SignalAllocatableMemoryAvailable (kubepods memcg),
+	// policy.SignalPIDAvailable or policy.SignalNodeFsAvailable. The kernel
+	// has no notifier for PIDs (the pids controller reports only forks
+	// refused at its limit) nor for free disk space, so those thresholds are
+	// watched by the poll alone, and keep it running.
 	Signal policy.Signal
 	// Hard tells hard from soft thresholds; both are armed.
 	Hard bool
-	// Available in bytes (PIDs for pid.available): the threshold is crossed when available memory
+	// Available in bytes (PIDs for pid.available; bytes of the filesystem
+	// for nodefs.available): the threshold is crossed when available memory
 	// falls below it. Exactly one of Available and Percentage is set.
 	Available int64
 	// Percentage of capacity, in (0, 1).
@@ -133,7 +134,8 @@ type PSIOptions struct {
 }
 
 // MemoryReader reads the fast signals (memory.available,
-// allocatableMemory.available, pid.available) fresh from cgroupfs and /proc.
+// allocatableMemory.available, pid.available, nodefs.available) fresh from
+// cgroupfs, /proc and statfs.
 // The daemon passes the monitor's direct reader; the poll calls it every
 // PollInterval, so it must be cheap (well under a millisecond).
 type MemoryReader func() (policy.Observations, error)
