@@ -210,38 +210,9 @@ func runBombEpisode(t *testing.T, c *cluster.Cluster, setup bombSetup, capacity,
 	if res.probeAttempts < 0 {
 		t.Logf("%s: no probe report in its container log", ns)
 	}
-	seen := map[string]bool{}
-	for _, e := range evictionEvents(t, c, ns) {
-		key := e.Source.Component + ":" + e.InvolvedObject.Name
-		if !seen[key] {
-			seen[key] = true
-			if e.InvolvedObject.Name != "hog" {
-				res.bystanders++
-			}
-		}
-	}
-	braked := false
-	if list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, e := range list.Items {
-			if e.Reason == "Braked" && e.InvolvedObject.Name == "hog" {
-				braked = true
-			}
-		}
-	}
-	switch {
-	case braked:
-		res.stoppedBy = "brake kill (evictiond)"
-	case seen["evictiond:hog"] && seen["kubelet:hog"]:
-		res.stoppedBy = "eviction (evictiond and kubelet)"
-	case seen["evictiond:hog"]:
-		res.stoppedBy = "eviction (evictiond)"
-	case seen["kubelet:hog"]:
-		res.stoppedBy = "eviction (kubelet)"
-	case !ended:
-		res.stoppedBy = "nobody in 90 s"
-	default:
-		res.stoppedBy = "exited by itself: " + describeStatus(last)
-	}
+	outcome := readHogOutcome(ctx, t, c, ns)
+	res.bystanders = outcome.bystanders
+	res.stoppedBy = outcome.stoppedBy(ended, last)
 	grace := int64(0)
 	_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
 	return res

@@ -307,37 +307,15 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	if !s.released.IsZero() {
 		res.releasedLatency = s.released.Sub(s.crossing)
 	}
-	events := evictionEvents(t, c, ns)
-	// One pod can carry several Evicted events (the kubelet records one per attempt): count pods.
-	var by []string
-	seen := map[string]bool{}
-	for _, e := range events {
-		key := e.Source.Component + ":" + e.InvolvedObject.Name
-		if !seen[key] {
-			seen[key] = true
-			by = append(by, key)
-		}
-	}
-	res.evicted = len(by)
-	braked := false
-	for _, key := range by {
-		if !strings.HasSuffix(key, ":hog") {
-			res.bystanders++
-		}
-	}
-	if list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, e := range list.Items {
-			if e.Reason == "Braked" && e.InvolvedObject.Name == "hog" {
-				braked = true
-			}
-		}
-	}
+	outcome := readHogOutcome(ctx, t, c, ns)
+	by, seen, braked := outcome.evicted, outcome.seen, outcome.braked
+	res.evicted, res.bystanders = len(by), outcome.bystanders
 	term := (*corev1.ContainerStateTerminated)(nil)
 	if last != nil {
 		term = terminatedState(last, "memhog")
 	}
 	switch {
-	case len(events) > 0:
+	case len(by) > 0:
 		res.outcome = "evicted (" + strings.Join(by, ", ") + ")"
 	case term != nil && term.Reason == "OOMKilled":
 		res.outcome = "OOM-killed"
@@ -346,7 +324,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	default:
 		res.outcome = "other: " + describeStatus(last)
 	}
-	if res.oomKills > 0 && len(events) > 0 {
+	if res.oomKills > 0 && len(by) > 0 {
 		res.outcome += fmt.Sprintf(" + %d OOM kill(s)", res.oomKills)
 	}
 	switch {
