@@ -300,21 +300,7 @@ func formatDiskReport(results []diskResult) string {
 		}
 		sort.Float64s(achieved)
 		lat := func(f func(diskResult) time.Duration) string {
-			var ds []time.Duration
-			for _, r := range rs {
-				if d := f(r); d != notActed {
-					ds = append(ds, d)
-				}
-			}
-			if len(ds) == 0 {
-				return "—"
-			}
-			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-			out := fmt.Sprintf("%s / %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
-			if len(ds) < len(rs) {
-				out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
-			}
-			return out
+			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %d of %d | %s | %d %v | %s |\n", setup, strings.Join(stopped, "; "), achieved[len(achieved)/2],
 			lat(func(r diskResult) time.Duration { return r.kubeletLatency }),

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -371,21 +370,7 @@ func formatBombReport(results []bombResult) string {
 			bystanders += r.bystanders
 		}
 		lat := func(f func(bombResult) time.Duration) string {
-			var ds []time.Duration
-			for _, r := range rs {
-				if d := f(r); d != notActed {
-					ds = append(ds, d)
-				}
-			}
-			if len(ds) == 0 {
-				return "—"
-			}
-			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-			out := fmt.Sprintf("%s / %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
-			if len(ds) < len(rs) {
-				out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
-			}
-			return out
+			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %d | %s |\n", setup,
 			strings.Join(stopped, "; "), strings.Join(left, ", "),

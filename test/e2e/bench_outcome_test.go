@@ -4,7 +4,10 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,4 +66,24 @@ func (o hogOutcome) stoppedBy(ended bool, last *corev1.Pod) string {
 	default:
 		return "ended by itself: " + describeStatus(last)
 	}
+}
+
+// latencySummary is "median / worst" of one latency over the runs that acted (acted reports
+// whether a run's value is a latency), "(n of m runs)" added when some did not, "—" when none did.
+func latencySummary[R any](rs []R, latency func(R) time.Duration, acted func(time.Duration) bool) string {
+	var ds []time.Duration
+	for _, r := range rs {
+		if d := latency(r); acted(d) {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return "—"
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	out := fmt.Sprintf("%s / %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
+	if len(ds) < len(rs) {
+		out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
+	}
+	return out
 }

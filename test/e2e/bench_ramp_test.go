@@ -544,24 +544,7 @@ func formatRampReport(results []rampResult) string {
 		}
 		sort.Float64s(achieved)
 		lat := func(f func(rampResult) time.Duration) string {
-			var ds []time.Duration
-			missing := 0
-			for _, r := range rs {
-				if d := f(r); d >= 0 {
-					ds = append(ds, d)
-				} else {
-					missing++
-				}
-			}
-			if len(ds) == 0 {
-				return "—"
-			}
-			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-			out := fmt.Sprintf("%s / %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
-			if missing > 0 {
-				out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
-			}
-			return out
+			return latencySummary(rs, f, func(d time.Duration) bool { return d >= 0 })
 		}
 		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %d | %d | %d | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
