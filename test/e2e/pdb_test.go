@@ -139,11 +139,15 @@ func hasWrite(writes []auditedRequest, subresource, name string, code int) bool 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // waitConfigApplied waits until evictiond's metrics show a series of the new configuration;
-// with want >= 0, until its value is want.
+// with want >= 0, until its value is want. The edit reaches the agent's ConfigMap volume
+// through the kubelet's ConfigMap watch, which after an API server restart can stay blind
+// for over a minute (make soak's 60-minute run: 3 of 28 edits right after a restart took
+// longer than 60 s), hence 3 minutes.
 func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string, want float64) {
 	t.Helper()
 	var last []string
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+	const timeout = 3 * time.Minute
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		lines, err := evictiondMetrics(c, series+" ")
 		if err != nil || len(lines) == 0 {
 			return false, nil
@@ -156,7 +160,7 @@ func waitConfigApplied(t *testing.T, c *cluster.Cluster, series string, want flo
 		return err == nil && v == want, nil
 	})
 	if err != nil {
-		t.Fatalf("configuration edit not applied after 60s (%s = %v, want %v)\n--- evictiond ---\n%s", series, last, want, c.EvictiondLogTail(20))
+		t.Fatalf("configuration edit not applied after %v (%s = %v, want %v)\n--- evictiond ---\n%s", timeout, series, last, want, c.EvictiondLogTail(20))
 	}
 }
 
