@@ -36,13 +36,7 @@ const (
 	diskFillerTarget = 4096    // MiB: more than the filesystem holds
 )
 
-type diskSetup struct {
-	name      string
-	evictiond bool
-	brake     bool
-}
-
-var diskSetupsByName = map[string]diskSetup{
+var diskSetupsByName = map[string]hogSetup{
 	"disk-kubelet-only": {name: "disk filler: kubelet alone"},
 	"disk":              {name: "disk filler: kubelet + evictiond", evictiond: true},
 	"disk-brake":        {name: "disk filler: kubelet + evictiond + brake", evictiond: true, brake: true},
@@ -63,7 +57,7 @@ type diskResult struct {
 	throttled        cluster.CPUThrottling
 }
 
-func runDiskSetup(t *testing.T, setup diskSetup) []diskResult {
+func runDiskSetup(t *testing.T, setup hogSetup) []diskResult {
 	hard := map[string]string{}
 	for k, v := range cluster.DefaultKubeletEvictionHard {
 		hard[k] = v
@@ -110,7 +104,7 @@ func statfsAvailable(t *testing.T, dir string) int64 {
 	return int64(st.Bavail) * st.Bsize
 }
 
-func runDiskEpisode(t *testing.T, c *cluster.Cluster, setup diskSetup, ns, evictiondUID string) diskResult {
+func runDiskEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, ns, evictiondUID string) diskResult {
 	ctx := context.Background()
 	// Under DiskPressure the kubelet admits no pod, and the last filler's emptyDir must be gone.
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {

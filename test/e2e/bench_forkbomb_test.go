@@ -45,14 +45,7 @@ const (
 	bombClusterTasks = 60
 )
 
-// bombSetup is one cluster configuration of the fork bomb.
-type bombSetup struct {
-	name      string
-	evictiond bool
-	brake     bool
-}
-
-var bombSetupsByName = map[string]bombSetup{
+var bombSetupsByName = map[string]hogSetup{
 	"bomb-kubelet-only": {name: "fork bomb: kubelet alone"},
 	"bomb":              {name: "fork bomb: kubelet + evictiond", evictiond: true},
 	"bomb-brake":        {name: "fork bomb: kubelet + evictiond + brake", evictiond: true, brake: true},
@@ -78,7 +71,7 @@ type bombResult struct {
 	throttled        cluster.CPUThrottling // evictiond's CFS throttling during the episode
 }
 
-func runBombSetup(t *testing.T, setup bombSetup) []bombResult {
+func runBombSetup(t *testing.T, setup hogSetup) []bombResult {
 	capacity, err := cluster.NodePIDCapacity()
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +129,7 @@ func runBombSetup(t *testing.T, setup bombSetup) []bombResult {
 	return results
 }
 
-func runBombEpisode(t *testing.T, c *cluster.Cluster, setup bombSetup, capacity, threshold int64, ns, evictiondUID string) bombResult {
+func runBombEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, capacity, threshold int64, ns, evictiondUID string) bombResult {
 	ctx := context.Background()
 	// Under PIDPressure the kubelet admits no pod: wait for the last episode's to clear.
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {

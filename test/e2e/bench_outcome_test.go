@@ -15,6 +15,14 @@ import (
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
 
+// hogSetup is one cluster configuration of the fork-bomb and disk-filler benches: the
+// kubelet alone, or with evictiond, with or without its brake.
+type hogSetup struct {
+	name      string
+	evictiond bool
+	brake     bool
+}
+
 // hogOutcome is what ended a bench episode's pod "hog", read from the namespace's Events: the
 // pods evicted (component:pod, each once, in order: the kubelet records one Event per
 // attempt), how many of them were bystanders, and whether evictiond's brake killed the hog.

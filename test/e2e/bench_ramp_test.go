@@ -86,8 +86,8 @@ func TestBenchRamp(t *testing.T) {
 		names = only // e.g. kubelet-only to measure the kubelet without evictiond
 	}
 	var setups []rampSetup
-	var bombSetups []bombSetup
-	var diskSetups []diskSetup
+	var bombSetups []hogSetup
+	var diskSetups []hogSetup
 	for _, name := range strings.Split(names, ",") {
 		if b, ok := bombSetupsByName[name]; ok {
 			bombSetups = append(bombSetups, b)
