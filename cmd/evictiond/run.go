@@ -207,7 +207,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	// The notifier takes the cgroup relative to the hierarchy's mount.
 	kubepods := strings.TrimPrefix(mon.CgroupInfo().Kubepods, "/")
 	// The poll reads memory and pid.available: the signals a ramp can exhaust between two ticks.
-	readMemory := func() (policy.Observations, error) { return mon.ObserveFast().Observations, nil }
+	// The fast poll's readings are kept for the brake's rate (FastHistory).
+	stats := daemon.MonitorStats{M: mon, Recent: daemon.NewRecentReadings(32)}
+	readMemory := func() (policy.Observations, error) { return stats.ObserveFast(), nil }
 	nm, err := notify.New(notifyOptions(cfg, f, kubepods, readMemory, notifyMetrics, log), waker)
 	if err != nil {
 		return err
@@ -219,7 +221,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	}()
 
 	startStep.Store("waiting for the pod and node informers to sync with the API server")
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: daemon.MonitorStats{M: mon}, Reclaimer: rc, Metrics: m,
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: stats, Reclaimer: rc, Metrics: m,
 		APIReachable: reach.Reachable, Wake: waker.C(), Freezer: brake.NewPodFreezer(mon.PodCgroup),
 		OnConfig: func(c *policy.Config) {
 			if err := nm.Reconfigure(notifyOptions(c, f, kubepods, readMemory, notifyMetrics, log)); err != nil {

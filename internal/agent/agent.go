@@ -231,6 +231,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	obs := a.stats.Observe(ctx, pods)
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
 
+	a.recordFastReadings()
 	assessment := a.engine.Assess(in)
 	rep.Observed, rep.Assessment = obs, assessment
 	a.releaseBrake(assessment)

@@ -47,12 +47,17 @@ type BrakeReport struct {
 // evictWithBrake evicts the ranked candidates, with the brake around the
 // request when the resource would run out before the normal path completes:
 // freeze the first candidate, request the eviction, kill it on the node once
-// accepted, thaw it when refused. When the rate at hand is unknown or
-// averaged over too long a time, the node is read once more after
-// brake.sampleInterval before deciding.
+// accepted, thaw it when refused. The rate comes from the readings at hand
+// (the passes', the fast poll's); when it is unknown or averaged over too
+// long a time, the fast poll's readings taken during the ranking are looked
+// at, and if they do not tell either, the node is read once more
+// brake.sampleInterval after the pass's reading before deciding.
 func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) EvictResult {
 	cfg := a.engine.Config()
 	d := a.engine.Brake(as)
+	if d.Resample && !d.Fire && a.recordFastReadings() > 0 {
+		d = a.engine.Brake(as)
+	}
 	if d.Resample && !d.Fire {
 		// The second reading comes sampleInterval after the pass's own: only
 		// what is left of it is waited (the pass's ranking already took part
@@ -64,7 +69,7 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 		if wait > 0 {
 			a.sleep(wait)
 		}
-		a.engine.Resampled(a.readFast(ctx, pods))
+		a.engine.RecordReadings(a.readFast(ctx, pods))
 		first := d.Reason
 		d = a.engine.Brake(as)
 		a.log.Debug("brake: read again before deciding", "signal", d.Signal, "first", first, "then", d.Reason)
@@ -108,6 +113,18 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	res := a.evictor.Evict(ctx, cands)
 	a.resolveHolds(res, d, held, crossing, br)
 	return a.recordEviction(res, cands, obs)
+}
+
+// recordFastReadings hands the fast readings taken since the last call
+// (the fast poll's) to the engine's rate history, and says how many.
+func (a *Agent) recordFastReadings() int {
+	h, ok := a.stats.(FastHistory)
+	if !ok {
+		return 0
+	}
+	r := h.FastReadings()
+	a.engine.RecordReadings(r...)
+	return len(r)
 }
 
 // readFast reads the signals the brake races on: the fast ones alone when

@@ -304,3 +304,79 @@ func TestBrake_ResampleDoesNotWaitWhenThePassTookTheInterval(t *testing.T) {
 		t.Errorf("slept %v, fast reads %d; want no wait and one fast read", slept, fs.fastCalls)
 	}
 }
+
+// historyStats is fastStats with a fast poll: readings queued by the test
+// are what FastReadings hands the loop; during is handed only after the
+// pass's ranking (a poll read while the loop ranked).
+type historyStats struct {
+	*fastStats
+	poll, during []policy.Observations
+}
+
+func (s *historyStats) FastReadings() []policy.Observations {
+	out := s.poll
+	s.poll = nil
+	return out
+}
+
+func (s *historyStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {
+	s.fastStats.ObserveUsage(ctx, pods, obs)
+	s.poll, s.during = append(s.poll, s.during...), nil
+}
+
+func allocAt(avail int64, at time.Time) policy.Observations {
+	return policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: avail, Capacity: 3 << 30, Time: at}}
+}
+
+// With the fast poll's readings of the last milliseconds, the crossing's
+// first pass has a rate at once: it freezes without waiting for a second
+// reading (the wait was up to brake.sampleInterval, half the 20 ms target).
+func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	hs := &historyStats{fastStats: &fastStats{fakeStats: stats}}
+	a.stats = hs
+	var slept []time.Duration
+	a.sleep = func(d time.Duration) { slept = append(slept, d) }
+	clock.now = clock.now.Add(time.Second)
+	stats.obs = allocAt(900<<20, time.Time{})
+	a.Pass(context.Background(), "test") // a calm pass, 1 s before
+	// The poll read 12 and 6 ms before the crossing's pass: 2 GiB/s.
+	clock.now = clock.now.Add(time.Second)
+	hs.poll = []policy.Observations{allocAt(480<<20+24<<20, clock.now.Add(-12*time.Millisecond)), allocAt(480<<20+12<<20, clock.now.Add(-6*time.Millisecond))}
+	stats.obs = allocAt(480<<20, time.Time{})
+	rep := a.Pass(context.Background(), "memcg")
+	if len(slept) != 0 || hs.fastCalls != 0 {
+		t.Errorf("slept %v, fast reads %d; want neither (the poll's readings give the rate)", slept, hs.fastCalls)
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the hog braked", got)
+	}
+	if rep.Brake == nil || !strings.Contains(rep.Brake.Reason, "falls 2000Mi/s (over 6ms)") {
+		t.Errorf("brake decision %+v, want the rate over the 6 ms since the poll's last reading", rep.Brake)
+	}
+}
+
+// A poll reading taken while the pass ranked decides when the pass's own
+// history could not (its previous reading 1 s old): no wait either.
+func TestBrake_FastPollReadingDuringTheRankingIsUsedBeforeReadingAgain(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	hs := &historyStats{fastStats: &fastStats{fakeStats: stats, usageTook: 8 * time.Millisecond}}
+	a.stats = hs
+	var slept []time.Duration
+	a.sleep = func(d time.Duration) { slept = append(slept, d) }
+	for i, av := range []int64{580 << 20, 480 << 20} { // 100 MiB/s over 1 s: graceful, read again
+		clock.now = clock.now.Add(time.Second)
+		stats.obs = allocAt(av, time.Time{})
+		if i == 1 {
+			// The poll reads 7 ms after the pass's reading: 2.3 GiB/s now.
+			hs.during = []policy.Observations{allocAt(480<<20-16<<20, clock.now.Add(7*time.Millisecond))}
+		}
+		a.Pass(context.Background(), "test")
+	}
+	if len(slept) != 0 || hs.fastCalls != 0 {
+		t.Errorf("slept %v, fast reads %d; want neither (the poll's reading during the ranking gives the rate)", slept, hs.fastCalls)
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the hog braked on the poll's 2.3 GiB/s", got)
+	}
+}

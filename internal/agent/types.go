@@ -46,6 +46,17 @@ type FastStats interface {
 	ObserveFast() policy.Observations
 }
 
+// FastHistory is a Stats that keeps the fast readings taken between the
+// loop's passes (the notifier's fast poll reads every 5-100ms, faster near a
+// threshold). The brake needs a rate, two readings a few milliseconds apart;
+// with these, a crossing's first pass has one at once instead of reading
+// again brake.sampleInterval later.
+type FastHistory interface {
+	// FastReadings returns the fast readings taken since the last call,
+	// oldest first (at most the few newest: the rate needs the last ones).
+	FastReadings() []policy.Observations
+}
+
 // Pods lists the pods bound to this node.
 type Pods interface {
 	ListPods() ([]*v1.Pod, error)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -13,17 +14,66 @@ import (
 
 // MonitorStats is the agent's Stats, read by the monitor: node signals and
 // the usage of the pods the agent is deciding about.
-type MonitorStats struct{ M *monitor.Monitor }
+type MonitorStats struct {
+	M *monitor.Monitor
+	// Recent, when set, keeps the newest fast readings (the fast poll's,
+	// which reads through ObserveFast) for the brake's rate estimate.
+	Recent *RecentReadings
+}
 
 var (
-	_ agent.Stats      = MonitorStats{}
-	_ agent.FastStats  = MonitorStats{}
-	_ agent.PodCgroups = MonitorStats{}
+	_ agent.Stats       = MonitorStats{}
+	_ agent.FastStats   = MonitorStats{}
+	_ agent.FastHistory = MonitorStats{}
+	_ agent.PodCgroups  = MonitorStats{}
 )
 
-// ObserveFast reads the memory and PID signals alone (the brake's second
-// reading).
-func (s MonitorStats) ObserveFast() policy.Observations { return s.M.ObserveFast().Observations }
+// ObserveFast reads the memory signals, pid.available and nodefs alone (the
+// fast poll's reading, the brake's second reading), and keeps it in Recent.
+func (s MonitorStats) ObserveFast() policy.Observations {
+	obs := s.M.ObserveFast().Observations
+	s.Recent.add(obs)
+	return obs
+}
+
+// FastReadings returns the fast readings taken since the last call, oldest
+// first.
+func (s MonitorStats) FastReadings() []policy.Observations { return s.Recent.drain() }
+
+// RecentReadings keeps the newest fast readings until the loop takes them:
+// written by the fast poll's goroutine, read by the loop's.
+type RecentReadings struct {
+	mu   sync.Mutex
+	keep int
+	obs  []policy.Observations
+}
+
+// NewRecentReadings keeps the newest n readings (the brake's rate looks at
+// the last few: 16 per signal at most).
+func NewRecentReadings(n int) *RecentReadings { return &RecentReadings{keep: max(n, 1)} }
+
+func (r *RecentReadings) add(obs policy.Observations) {
+	if r == nil || len(obs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.obs) == r.keep {
+		r.obs = append(r.obs[:0], r.obs[1:]...)
+	}
+	r.obs = append(r.obs, obs)
+}
+
+func (r *RecentReadings) drain() []policy.Observations {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.obs
+	r.obs = make([]policy.Observations, 0, r.keep)
+	return out
+}
 
 // PodCgroupUIDs names the pods that have a cgroup under kubepods.
 func (s MonitorStats) PodCgroupUIDs() ([]types.UID, error) {

@@ -5,7 +5,8 @@ import "github.com/evictiond/evictiond/internal/policy"
 // OptionsFromConfig maps a compiled configuration onto Options: the notifier
 // switches and the memory.available / allocatableMemory.available,
 // pid.available and nodefs.available thresholds (hard and soft; PSI, inode and
-// the CRI-read imagefs/containerfs thresholds are not the fast path's). Paths,
+// the CRI-read imagefs/containerfs thresholds are not the fast path's), and
+// a poll for the brake's rates when the brake is on. Paths,
 // the reader, logger and metrics are the daemon's to fill in.
 //
 // A signal with two thresholds of the same kind (an explicit
@@ -23,6 +24,7 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 			Window:  n.PSIWindow,
 		},
 		PollInterval: n.PollInterval,
+		PollForRates: cfg.Brake.Enabled,
 	}
 	index := map[string]int{}
 	for _, pt := range cfg.Thresholds {

@@ -45,4 +45,14 @@ notifier:
 	if err := opts.withDefaults().Validate(); err != nil {
 		t.Fatalf("options from a valid config do not validate: %v", err)
 	}
+	if !opts.PollForRates {
+		t.Error("PollForRates false with the brake on (its default)")
+	}
+	off, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\nevictionHard: {memory.available: 500Mi}\nbrake: {enabled: false}\n"))
+	if len(errs) > 0 {
+		t.Fatalf("config rejected: %v", errs)
+	}
+	if OptionsFromConfig(off).PollForRates {
+		t.Error("PollForRates true with brake.enabled: false")
+	}
 }

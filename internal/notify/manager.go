@@ -46,6 +46,7 @@ type settings struct {
 	MemoryEvents    bool
 	PSI             PSIOptions
 	PollInterval    time.Duration
+	PollForRates    bool
 	Thresholds      []Threshold
 }
 
@@ -55,6 +56,7 @@ func settingsOf(o Options) settings {
 		MemoryEvents:    o.MemoryEvents,
 		PSI:             o.PSI,
 		PollInterval:    o.PollInterval,
+		PollForRates:    o.PollForRates,
 		Thresholds:      slices.Clone(o.Thresholds),
 	}
 }
@@ -145,6 +147,7 @@ func (m *Manager) apply(next settings) error {
 	probe := m.opts
 	probe.MemcgThresholds, probe.MemoryEvents = next.MemcgThresholds, next.MemoryEvents
 	probe.PSI, probe.PollInterval, probe.Thresholds = next.PSI, next.PollInterval, next.Thresholds
+	probe.PollForRates = next.PollForRates
 	probe.PollMinInterval = min(probe.PollMinInterval, probe.PollInterval) // fixed at New; a shorter period caps it
 	if err := probe.Validate(); err != nil {
 		return err
@@ -278,9 +281,10 @@ func (m *Manager) nudgePoll() {
 	}
 }
 
-// pollNeeded: the poll runs when it has a reader and thresholds, and some
-// threshold has no armed memcg notifier (a pid.available threshold never
-// has one) or some notifier fell back.
+// pollNeeded: the poll runs when it has a reader and thresholds, and the
+// brake wants rates (PollForRates), or some threshold has no armed memcg
+// notifier (a pid.available threshold never has one), or some notifier fell
+// back.
 func (m *Manager) pollNeeded() bool {
 	if m.opts.ReadMemory == nil {
 		return false
@@ -289,6 +293,9 @@ func (m *Manager) pollNeeded() bool {
 	defer m.mu.Unlock()
 	if len(m.dyn.Thresholds) == 0 {
 		return false
+	}
+	if m.dyn.PollForRates {
+		return true
 	}
 	for _, t := range m.dyn.Thresholds {
 		st, ok := m.notifiers[notifierKey{SourceMemcg, t.name()}]

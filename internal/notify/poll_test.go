@@ -138,6 +138,35 @@ func TestPollWatchesPIDAvailable(t *testing.T) {
 	}
 }
 
+// The brake estimates the rate from the readings before a crossing; a memcg
+// threshold event carries none, so with PollForRates (brake.enabled) the
+// poll runs even where every threshold is armed, and a reload turning the
+// brake off stops it.
+func TestPollRunsForTheBrakesRatesWhereEveryThresholdIsArmed(t *testing.T) {
+	opts := Options{
+		Thresholds:   []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 << 20}},
+		PollForRates: true,
+		ReadMemory:   func() (policy.Observations, error) { return nil, nil },
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:      NewMetrics(),
+	}
+	m, err := New(opts, NewWaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.setArmed(NotifierStatus{Source: SourceMemcg, Target: "hard allocatableMemory.available"})
+	if !m.pollNeeded() {
+		t.Fatal("poll not needed with PollForRates and every threshold armed")
+	}
+	opts.PollForRates = false
+	if err := m.Reconfigure(opts); err != nil {
+		t.Fatal(err)
+	}
+	if m.pollNeeded() {
+		t.Error("poll still needed after a reload without PollForRates, every threshold armed")
+	}
+}
+
 // nodefs.available is polled like pid.available (one statfs per read; no
 // kernel notifier for free space): a threshold in percent of the
 // filesystem's capacity wakes the loop when crossed, and keeps the poll on.

@@ -172,6 +172,13 @@ type Options struct {
 	// possible from rest, in bytes per second: near a threshold it reads
 	// before such a ramp could cover the headroom. Default 1Gi/s.
 	PollRampRate int64
+	// PollForRates keeps the poll running even where every threshold has
+	// an armed kernel notifier: the brake (brake.enabled) estimates how fast
+	// a signal falls from the readings before a crossing, and a memcg
+	// threshold event carries none. The poll's readings reach the loop
+	// through ReadMemory's owner (daemon.MonitorStats). Cost: 10 reads a
+	// second far from the thresholds, ~0.3 ms each.
+	PollForRates bool
 	// RearmInterval: how often memcg thresholds are recomputed as
 	// inactive_file drifts (the kubelet uses 10s). Default 5s; bounds 100ms..1m.
 	RearmInterval time.Duration

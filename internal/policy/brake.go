@@ -29,10 +29,12 @@ const (
 	// and brakeHistoryWindow how old the oldest may be.
 	brakeHistory       = 16
 	brakeHistoryWindow = 5 * time.Second
-	// brakeResampleSpan: a rate measured over a longer span than this may
-	// average a ramp that began within it with the calm before; the agent
-	// reads again after SampleInterval to know the rate now.
-	brakeResampleSpan = 100 * time.Millisecond
+	// brakeResampleSpans: a rate measured over more than this many
+	// SampleIntervals may average a ramp that began within it with the calm
+	// before, and understate it; when such a rate does not fire, the agent
+	// reads again after SampleInterval to know the rate now. (A rate that
+	// fires even so is only understated: the brake is right to fire.)
+	brakeResampleSpans = 2
 	// evictionPathWeight is the weight of a new measurement in the moving
 	// estimate of the eviction path.
 	evictionPathWeight = 0.3
@@ -62,7 +64,8 @@ type BrakeDecision struct {
 	// on the node when the eviction is accepted.
 	Fire bool `json:"fire"`
 	// Resample: not firing, but the rate is not known well enough (none, or
-	// averaged over more than 100ms); read again after SampleInterval.
+	// averaged over more than two SampleIntervals); read again after
+	// SampleInterval.
 	Resample bool `json:"resample,omitempty"`
 	// Rate is how fast available falls, in the signal's unit per second
 	// (negative: it rises). Zero with RateSpan zero: unknown.
@@ -240,16 +243,24 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		d.Reason = fmt.Sprintf("%s falls %s (over %v): %s in %v, after %.1f × the %s eviction path %v: graceful path",
 			sig, rateText, span.Round(time.Millisecond), gone, d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
 	}
-	if span > brakeResampleSpan {
+	if span > brakeResampleSpans*cfg.SampleInterval {
 		d.Resample = true
 		d.Reason += fmt.Sprintf("; rate averaged over %v, reading again in %v", span.Round(time.Millisecond), cfg.SampleInterval)
 	}
 	return d
 }
 
-// Resampled records a reading taken within a pass for the brake (after
-// Brake asked to read again), so the next Brake decides on it.
-func (e *Engine) Resampled(obs Observations) { e.brake.recordHistory(obs, e.clock.Now()) }
+// RecordReadings adds readings taken outside the pass's own to the brake's
+// history, oldest first: the fast poll's readings between passes (with
+// them, a crossing's first pass has a rate over the last few milliseconds
+// at once) and the brake's second reading within a pass (after Brake asked
+// to read again). A reading not newer than the signal's newest is ignored.
+func (e *Engine) RecordReadings(obs ...Observations) {
+	now := e.clock.Now()
+	for _, o := range obs {
+		e.brake.recordHistory(o, now)
+	}
+}
 
 // FormatRate prints a rate in the signal's unit per second: MiB/s for
 // bytes (a measured slope is never a round number of bytes), counts per

@@ -273,7 +273,9 @@ type BrakeSettings struct {
 	// API server slow or down); then it is thawed. Default 15s.
 	MaxFreeze string `json:"maxFreeze,omitempty"`
 	// SampleInterval: when the rate at hand was averaged over more than
-	// 100ms, the loop reads again after this long to know the rate now.
+	// twice this long (a ramp may have begun within it) and does not call
+	// for the brake, the loop reads again after this long to know the rate
+	// now; rates are never taken from readings less than half of it apart.
 	// Default 10ms.
 	SampleInterval string `json:"sampleInterval,omitempty"`
 }
