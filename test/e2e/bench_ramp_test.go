@@ -49,6 +49,10 @@ type rampSetup struct {
 	kubeletMemcg  bool
 	evictiondMode string // "" (kubelet alone), "notifier" or "poll"
 	brake         bool   // evictiond's brake (brake.enabled)
+	// kubeletThreshold is the kubelet's allocatableMemory.available threshold
+	// when not the shared rampThreshold: below evictiond's, the kubelet as the
+	// backstop (docs/operations.md).
+	kubeletThreshold int64
 }
 
 // rampSetupsByName are the setups BENCH_RAMP_SETUPS can name.
@@ -57,7 +61,10 @@ var rampSetupsByName = map[string][]rampSetup{
 	"brake":           {{name: "kubelet memcg on, evictiond notifier + brake", kubeletMemcg: true, evictiondMode: "notifier", brake: true}},
 	"brake-memcg-off": {{name: "kubelet memcg off, evictiond notifier + brake", kubeletMemcg: false, evictiondMode: "notifier", brake: true}},
 	"memcg-off":       {{name: "kubelet memcg off, evictiond notifier", kubeletMemcg: false, evictiondMode: "notifier"}},
-	"poll":            {{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"}},
+	// The recommended deployment: the kubelet's threshold below evictiond's.
+	"brake-backstop": {{name: "kubelet memcg on at 250Mi (backstop), evictiond notifier + brake at 500Mi", kubeletMemcg: true,
+		evictiondMode: "notifier", brake: true, kubeletThreshold: 250 << 20}},
+	"poll": {{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"}},
 	"kubelet-only": {{name: "kubelet alone, memcg on", kubeletMemcg: true},
 		{name: "kubelet alone, memcg off", kubeletMemcg: false}},
 }
@@ -99,7 +106,7 @@ func TestBenchRamp(t *testing.T) {
 		}
 		s, ok := rampSetupsByName[name]
 		if !ok {
-			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake, disk-kubelet-only, disk, disk-brake)", names, name)
+			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, brake-backstop, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake, disk-kubelet-only, disk, disk-brake)", names, name)
 		}
 		setups = append(setups, s...)
 	}
@@ -175,7 +182,11 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 	for k, v := range cluster.DefaultKubeletEvictionHard {
 		hard[k] = v
 	}
-	hard["allocatableMemory.available"] = strconv.Itoa(rampThreshold>>20) + "Mi"
+	kubeletThreshold := int64(rampThreshold)
+	if setup.kubeletThreshold > 0 {
+		kubeletThreshold = setup.kubeletThreshold
+	}
+	hard["allocatableMemory.available"] = strconv.FormatInt(kubeletThreshold>>20, 10) + "Mi"
 	c := cluster.Start(t, cluster.Options{
 		KubeletEvictionHard:            hard,
 		KubeletKernelMemcgNotification: setup.kubeletMemcg,
