@@ -351,8 +351,8 @@ func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
 		t.Errorf("freezer calls %q, want the hog braked", got)
 	}
-	if rep.Brake == nil || !strings.Contains(rep.Brake.Reason, "falls 2000Mi/s (over 6ms)") {
-		t.Errorf("brake decision %+v, want the rate over the 6 ms since the poll's last reading", rep.Brake)
+	if rep.Brake == nil || !strings.Contains(rep.Brake.Reason, "falls 2000Mi/s (over 12ms)") {
+		t.Errorf("brake decision %+v, want the rate over the 12 ms since the poll's reading at least sampleInterval older", rep.Brake)
 	}
 }
 
@@ -360,7 +360,7 @@ func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
 // history could not (its previous reading 1 s old): no wait either.
 func TestBrake_FastPollReadingDuringTheRankingIsUsedBeforeReadingAgain(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
-	hs := &historyStats{fastStats: &fastStats{fakeStats: stats, usageTook: 8 * time.Millisecond}}
+	hs := &historyStats{fastStats: &fastStats{fakeStats: stats, usageTook: 12 * time.Millisecond}}
 	a.stats = hs
 	var slept []time.Duration
 	a.sleep = func(d time.Duration) { slept = append(slept, d) }
@@ -368,8 +368,8 @@ func TestBrake_FastPollReadingDuringTheRankingIsUsedBeforeReadingAgain(t *testin
 		clock.now = clock.now.Add(time.Second)
 		stats.obs = allocAt(av, time.Time{})
 		if i == 1 {
-			// The poll reads 7 ms after the pass's reading: 2.3 GiB/s now.
-			hs.during = []policy.Observations{allocAt(480<<20-16<<20, clock.now.Add(7*time.Millisecond))}
+			// The poll reads 11 ms after the pass's reading: 2.3 GiB/s now.
+			hs.during = []policy.Observations{allocAt(480<<20-25<<20, clock.now.Add(11*time.Millisecond))}
 		}
 		a.Pass(context.Background(), "test")
 	}

@@ -214,7 +214,7 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		d.Reason = "reading not fresh"
 		return d
 	}
-	rate, span, ok := fallRate(e.brake.history[sig], cfg.SampleInterval/2)
+	rate, span, ok := fallRate(e.brake.history[sig], cfg.SampleInterval)
 	if !ok {
 		d.Resample = true
 		d.Reason = fmt.Sprintf("no rate yet: one reading of %s; reading again in %v", sig, cfg.SampleInterval)

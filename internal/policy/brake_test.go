@@ -371,3 +371,32 @@ func TestBrake_PIDsRaceTheKubepodsLimit(t *testing.T) {
 		})
 	}
 }
+
+// The fast poll reads every 5 ms near a threshold, and the kernel batches
+// memory charges per CPU (256 KiB each): between two reads 5 ms apart that
+// noise alone is a rate of 50-100 MiB/s. A 100 MiB/s ramp read with it must
+// keep the graceful path: the rate is never taken over less than
+// brake.sampleInterval (10 ms).
+func TestBrake_RateIgnoresReadingsCloserThanTheSampleInterval(t *testing.T) {
+	e, clk, in := brakeEngine(t, "")
+	start := clk.Now()
+	noise := []int64{256 << 10, -256 << 10}
+	var polled []Observations
+	for i := range 4 { // the poll's readings, 5 ms apart, then the pass's at 20 ms
+		at := start.Add(time.Duration(i) * 5 * time.Millisecond)
+		avail := 492*Mi - int64(i)*Mi/2 + noise[i%2] // 100 MiB/s: 0.5 MiB per 5 ms
+		polled = append(polled, Observations{SignalAllocatableMemoryAvailable: obsAt(avail, 3*Gi, at)})
+	}
+	e.RecordReadings(polled...)
+	clk.Step(20 * time.Millisecond)
+	in.Observations = Observations{
+		SignalAllocatableMemoryAvailable: obsAt(490*Mi+noise[0], 3*Gi, clk.Now()),
+		SignalMemoryAvailable:            obsAt(20*Gi, 24*Gi, clk.Now()),
+		SignalNodeFsAvailable:            obsAt(50*Gi, 100*Gi, clk.Now()),
+	}
+	a := e.Assess(in)
+	d := e.Brake(a)
+	if d.Fire || d.Resample || d.RateSpan != 10*time.Millisecond {
+		t.Errorf("Brake = fire %v resample %v over %v: %s;\nwant the graceful path on the rate over 10ms (100Mi/s)", d.Fire, d.Resample, d.RateSpan, d.Reason)
+	}
+}

@@ -275,7 +275,9 @@ type BrakeSettings struct {
 	// SampleInterval: when the rate at hand was averaged over more than
 	// twice this long (a ramp may have begun within it) and does not call
 	// for the brake, the loop reads again after this long to know the rate
-	// now; rates are never taken from readings less than half of it apart.
+	// now; rates are never taken from readings less than this apart (the
+	// kernel's memory counters are batched per CPU: a few hundred KiB of
+	// noise, 50 MiB/s over 10 ms).
 	// Default 10ms.
 	SampleInterval string `json:"sampleInterval,omitempty"`
 }
