@@ -131,21 +131,8 @@ func runBombSetup(t *testing.T, setup hogSetup) []bombResult {
 
 func runBombEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, capacity, threshold int64, ns, evictiondUID string) bombResult {
 	ctx := context.Background()
-	// Under PIDPressure the kubelet admits no pod: wait for the last episode's to clear.
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		node, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range node.Status.Conditions {
-			if cond.Type == corev1.NodePIDPressure && cond.Status == corev1.ConditionTrue {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("the node's PIDPressure did not clear: %v", err)
-	}
+	// Under PIDPressure the kubelet admits no pod: wait for the last episode's to be over.
+	waitKubeletAdmits(t, c, ns+"-admission", 3*time.Minute)
 	createNamespace(t, c.Client, ns)
 	res := bombResult{setup: setup.name, kubeletLatency: notActed, evictiondLatency: notActed, frozenLatency: notActed, peakLatency: notActed, goneLatency: notActed}
 	bystanders := []*corev1.Pod{

@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
@@ -94,4 +96,72 @@ func latencySummary[R any](rs []R, latency func(R) time.Duration, acted func(tim
 		out += fmt.Sprintf(" (%d of %d runs)", len(ds), len(rs))
 	}
 	return out
+}
+
+// waitKubeletAdmits waits until the kubelet admits pods again after a pressure episode. Its
+// eviction manager refuses every new pod (but critical ones) while it holds DiskPressure or
+// PIDPressure, and it holds one for its evictionPressureTransitionPeriod after the last reading
+// under the threshold; the Node object is no proof of that view either way, since the kubelet
+// posts its status every 10 s and a pod it refuses stays Failed for good. So the wait asks the
+// kubelet itself: it creates throwaway pods, one at a time, in a namespace of their own (a
+// refusal is recorded as an Evicted Event, which must not count in the episode's namespace),
+// until one runs.
+func waitKubeletAdmits(t *testing.T, c *cluster.Cluster, ns string, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	createNamespace(t, c.Client, ns)
+	grace := int64(0)
+	refusals, lastRefusal := 0, ""
+	deadline := time.Now().Add(timeout)
+	for attempt := 1; ; attempt++ {
+		name := fmt.Sprintf("admission-%d", attempt)
+		pod := podOnNode(ns, name, workloadContainer("idle", nil, resources("cpu", "10m", "memory", "16Mi"), nil))
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating admission probe %s/%s: %v", ns, name, err)
+		}
+		var last *corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(deadline), true, func(ctx context.Context) (bool, error) {
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = p
+			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed, nil
+		})
+		_ = c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		if err == nil && last.Status.Phase == corev1.PodRunning {
+			if refusals > 0 {
+				t.Logf("the kubelet admitted pods again after refusing %d (last: %s)", refusals, lastRefusal)
+			}
+			return
+		}
+		if err == nil {
+			refusals, lastRefusal = refusals+1, last.Status.Reason+": "+last.Status.Message
+			if refusals == 1 {
+				t.Logf("the kubelet refused a new pod (%s) while the Node said %s", lastRefusal, nodePressure(ctx, c))
+			}
+		}
+		if err != nil || time.Now().Add(time.Second).After(deadline) {
+			t.Fatalf("the kubelet did not admit a pod within %s (waited for its eviction manager to stop refusing new pods: %d refused, last refusal %q; last probe %s)\n--- kubelet log ---\n%s",
+				timeout, refusals, lastRefusal, describeStatus(last), c.LogTail("kubelet", 25))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// nodePressure is the Node's pressure conditions as the API server has them, for logs.
+func nodePressure(ctx context.Context, c *cluster.Cluster) string {
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return "(node: " + err.Error() + ")"
+	}
+	var conds []string
+	for _, cond := range node.Status.Conditions {
+		switch cond.Type {
+		case corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure:
+			conds = append(conds, fmt.Sprintf("%s=%s (heartbeat %s, since %s)", cond.Type, cond.Status,
+				cond.LastHeartbeatTime.Format(time.TimeOnly), cond.LastTransitionTime.Format(time.TimeOnly)))
+		}
+	}
+	return strings.Join(conds, ", ")
 }
