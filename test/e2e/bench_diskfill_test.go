@@ -52,7 +52,7 @@ type diskResult struct {
 	minAvailable     int64         // least nodefs available seen (statfs f_bavail)
 	enospc           bool          // the filler got ENOSPC
 	achievedMiBps    float64       // from 64 MiB above the start to the crossing
-	bystanders       int
+	bystanders       bystanderEvictions
 	evicted          []string // actor:pod of every Evicted event
 	throttled        cluster.CPUThrottling
 }
@@ -256,8 +256,8 @@ func (s *diskSampler) stop() diskSamplerResult {
 
 func formatDiskReport(results []diskResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | runs: who stopped the writer | write MiB/s (achieved, median) | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → fullest | runs with ENOSPC | min nodefs available MiB | bystanders evicted (by) | evictiond CPU-throttled periods (runs) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | runs: who stopped the writer | write MiB/s (achieved, median) | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → fullest | runs with ENOSPC | min nodefs available MiB | %s | evictiond CPU-throttled periods (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var order []string
 	groups := map[string][]diskResult{}
 	for _, r := range results {
@@ -268,9 +268,10 @@ func formatDiskReport(results []diskResult) string {
 	}
 	for _, setup := range order {
 		rs := groups[setup]
-		var stopped, minAvail, throttled, by []string
+		var stopped, minAvail, throttled []string
 		var achieved []float64
-		enospc, bystanders := 0, 0
+		var bystanders []bystanderEvictions
+		enospc := 0
 		for _, r := range rs {
 			stopped = append(stopped, r.stoppedBy)
 			minAvail = append(minAvail, strconv.FormatInt(r.minAvailable>>20, 10))
@@ -279,23 +280,18 @@ func formatDiskReport(results []diskResult) string {
 			if r.enospc {
 				enospc++
 			}
-			bystanders += r.bystanders
-			for _, key := range r.evicted {
-				if !strings.HasSuffix(key, ":hog") {
-					by = append(by, key)
-				}
-			}
+			bystanders = append(bystanders, r.bystanders)
 		}
 		sort.Float64s(achieved)
 		lat := func(f func(diskResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %d of %d | %s | %d %v | %s |\n", setup, strings.Join(stopped, "; "), achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %d of %d | %s | %s | %s |\n", setup, strings.Join(stopped, "; "), achieved[len(achieved)/2],
 			lat(func(r diskResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r diskResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r diskResult) time.Duration { return r.frozenLatency }),
 			lat(func(r diskResult) time.Duration { return r.peakLatency }),
-			enospc, len(rs), strings.Join(minAvail, ", "), bystanders, by, strings.Join(throttled, ", "))
+			enospc, len(rs), strings.Join(minAvail, ", "), bystanderCells(bystanders), strings.Join(throttled, ", "))
 	}
 	fmt.Fprintf(&b, "\nLatencies: median / worst over the runs; — : never. nodefs: a %d MiB ext4 image, loop-mounted as the kubelet's root dir; threshold nodefs.available < %d MiB for both actors.\n", diskNodeFsBytes>>20, diskThreshold>>20)
 	return b.String()

@@ -66,7 +66,7 @@ type bombResult struct {
 	minNodeAvailable int64         // least node-wide pid.available seen
 	probeRefused     int           // forks refused to the bystander probe
 	probeAttempts    int
-	bystanders       int // pods other than the bomb evicted
+	bystanders       bystanderEvictions
 	peakTasks        int64
 	throttled        cluster.CPUThrottling // evictiond's CFS throttling during the episode
 }
@@ -120,9 +120,9 @@ func runBombSetup(t *testing.T, setup hogSetup) []bombResult {
 	var results []bombResult
 	for run := range rampRuns {
 		r := runBombEpisode(t, c, setup, capacity, threshold, fmt.Sprintf("bomb-%d", run), evictiondUID)
-		t.Logf("%s, run %d: stopped by %s; left at crossing %d; kubelet %s, evictiond %s, frozen %s, growth stopped %s, gone %s; exhausted %t; min left %d; probe refused %d of %d; bystanders evicted %d; peak tasks %d; evictiond CPU-throttled %d of %d periods, %s",
+		t.Logf("%s, run %d: stopped by %s; left at crossing %d; kubelet %s, evictiond %s, frozen %s, growth stopped %s, gone %s; exhausted %t; min left %d; probe refused %d of %d; bystanders evicted by the kubelet %d, by evictiond %d; peak tasks %d; evictiond CPU-throttled %d of %d periods, %s",
 			setup.name, run+1, r.stoppedBy, r.leftAtCrossing, fmtBombLatency(r.kubeletLatency), fmtBombLatency(r.evictiondLatency), fmtBombLatency(r.frozenLatency),
-			fmtBombLatency(r.peakLatency), fmtBombLatency(r.goneLatency), r.exhausted, r.minPodsLeft, r.probeRefused, r.probeAttempts, r.bystanders, r.peakTasks,
+			fmtBombLatency(r.peakLatency), fmtBombLatency(r.goneLatency), r.exhausted, r.minPodsLeft, r.probeRefused, r.probeAttempts, r.bystanders.kubelet, r.bystanders.evictiond, r.peakTasks,
 			r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond))
 		results = append(results, r)
 	}
@@ -324,8 +324,8 @@ func fmtBombLatency(d time.Duration) string {
 // of each latency, the least PIDs left.
 func formatBombReport(results []bombResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | runs: who stopped the bomb | kubepods PIDs left at the crossing | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → bomb's last fork | crossing → bomb's PIDs freed | runs with kubepods out of PIDs | min kubepods PIDs left | bystander probe: forks refused | bystanders evicted | evictiond CPU-throttled periods (runs) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | runs: who stopped the bomb | kubepods PIDs left at the crossing | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → bomb's last fork | crossing → bomb's PIDs freed | runs with kubepods out of PIDs | min kubepods PIDs left | bystander probe: forks refused | %s | evictiond CPU-throttled periods (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var order []string
 	groups := map[string][]bombResult{}
 	for _, r := range results {
@@ -337,7 +337,8 @@ func formatBombReport(results []bombResult) string {
 	for _, setup := range order {
 		rs := groups[setup]
 		var stopped, left, minLeft, probe, throttled []string
-		exhausted, bystanders := 0, 0
+		var bystanders []bystanderEvictions
+		exhausted := 0
 		for _, r := range rs {
 			stopped = append(stopped, r.stoppedBy)
 			left = append(left, strconv.FormatInt(r.leftAtCrossing, 10))
@@ -347,19 +348,19 @@ func formatBombReport(results []bombResult) string {
 			if r.exhausted {
 				exhausted++
 			}
-			bystanders += r.bystanders
+			bystanders = append(bystanders, r.bystanders)
 		}
 		lat := func(f func(bombResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %d | %s |\n", setup,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s |\n", setup,
 			strings.Join(stopped, "; "), strings.Join(left, ", "),
 			lat(func(r bombResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r bombResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r bombResult) time.Duration { return r.frozenLatency }),
 			lat(func(r bombResult) time.Duration { return r.peakLatency }),
 			lat(func(r bombResult) time.Duration { return r.goneLatency }),
-			exhausted, len(rs), strings.Join(minLeft, ", "), strings.Join(probe, ", "), bystanders, strings.Join(throttled, ", "))
+			exhausted, len(rs), strings.Join(minLeft, ", "), strings.Join(probe, ", "), bystanderCells(bystanders), strings.Join(throttled, ", "))
 	}
 	fmt.Fprintf(&b, "\nLatencies: median / worst over the runs; — : never. Per-run values are listed in run order. Budget: kubepods pids.max %d; threshold set to be crossed at about %d left.\n", bombPodsPIDs, bombHeadroom)
 	return b.String()

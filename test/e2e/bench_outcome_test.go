@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +28,40 @@ type hogSetup struct {
 
 // hogOutcome is what ended a bench episode's pod "hog", read from the namespace's Events: the
 // pods evicted (component:pod, each once, in order: the kubelet records one Event per
-// attempt), how many of them were bystanders, and whether evictiond's brake killed the hog.
+// attempt), the bystanders among them by actor, and whether evictiond's brake killed the hog.
 type hogOutcome struct {
 	evicted    []string
 	seen       map[string]bool
-	bystanders int
+	bystanders bystanderEvictions
 	braked     bool
+}
+
+// bystanderEvictions counts the pods other than the hog evicted in an episode, by the actor
+// that evicted them: the component of the Evicted Event, the kubelet's eviction manager or
+// evictiond (kube.EventComponent). The two act on the same threshold in the same run, so a
+// single count could not say whose eviction hurt a bystander.
+type bystanderEvictions struct {
+	kubelet, evictiond int
+}
+
+// bystanderColumns are the header cells of bystanderCells.
+const bystanderColumns = "bystanders evicted by the kubelet | bystanders evicted by evictiond"
+
+// bystanderCells is a table row's two bystander cells over its runs: per actor the total, and
+// each run's count in run order when several runs evicted any.
+func bystanderCells(runs []bystanderEvictions) string {
+	cell := func(count func(bystanderEvictions) int) string {
+		total, perRun := 0, make([]string, len(runs))
+		for i, r := range runs {
+			total += count(r)
+			perRun[i] = strconv.Itoa(count(r))
+		}
+		if total == 0 || len(runs) == 1 {
+			return strconv.Itoa(total)
+		}
+		return fmt.Sprintf("%d (%s)", total, strings.Join(perRun, ", "))
+	}
+	return cell(func(b bystanderEvictions) int { return b.kubelet }) + " | " + cell(func(b bystanderEvictions) int { return b.evictiond })
 }
 
 func readHogOutcome(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) hogOutcome {
@@ -44,8 +73,16 @@ func readHogOutcome(ctx context.Context, t *testing.T, c *cluster.Cluster, ns st
 		}
 		o.seen[key] = true
 		o.evicted = append(o.evicted, key)
-		if e.InvolvedObject.Name != "hog" {
-			o.bystanders++
+		if e.InvolvedObject.Name == "hog" {
+			continue
+		}
+		switch e.Source.Component {
+		case "kubelet":
+			o.bystanders.kubelet++
+		case "evictiond":
+			o.bystanders.evictiond++
+		default:
+			t.Errorf("%s: Evicted Event for %s from %q, neither the kubelet nor evictiond", ns, e.InvolvedObject.Name, e.Source.Component)
 		}
 	}
 	if list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {

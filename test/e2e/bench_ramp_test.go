@@ -80,7 +80,7 @@ type rampResult struct {
 	frozenLatency    time.Duration // crossing -> evictiond's brake froze the hog; -1 when it did not
 	releasedLatency  time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp; -1 never seen
 	evicted          int           // pods evicted in the episode, all actors
-	bystanders       int           // pods other than the hog evicted
+	bystanders       bystanderEvictions
 	oomKills         int64
 	peakWorkingSet   int64
 	achievedMiBps    float64
@@ -526,8 +526,8 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | bystanders evicted | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
@@ -542,14 +542,14 @@ func formatRampReport(results []rampResult) string {
 		rs := groups[k]
 		var achieved []float64
 		var killed, throttled []string
-		var bystanders int
+		var bystanders []bystanderEvictions
 		var ooms int64
 		var peak int64
 		for _, r := range rs {
 			achieved = append(achieved, r.achievedMiBps)
 			killed = append(killed, r.killedBy)
 			throttled = append(throttled, fmt.Sprintf("%d (%s)", r.throttled.Throttled, r.throttled.ThrottledTime.Round(time.Millisecond)))
-			bystanders += r.bystanders
+			bystanders = append(bystanders, r.bystanders)
 			ooms += r.oomKills
 			peak = max(peak, r.peakWorkingSet)
 		}
@@ -557,13 +557,13 @@ func formatRampReport(results []rampResult) string {
 		lat := func(f func(rampResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d >= 0 })
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %d | %d | %d | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
 			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
-			bystanders, ooms, peak>>20, strings.Join(throttled, ", "))
+			bystanderCells(bystanders), ooms, peak>>20, strings.Join(throttled, ", "))
 	}
 	b.WriteString("\nLatencies: median / worst over the runs; — : never.\n")
 	return b.String()
