@@ -494,3 +494,37 @@ func TestFixtureObserveFastReadsMemoryPIDsAndNodefsOnly(t *testing.T) {
 		t.Errorf("pod usage read by ObserveFast: %d pods", len(s.Pods))
 	}
 }
+
+// A pod measured while it started (no container log directory yet) has no
+// disk stats until the next housekeeping; ranking measures it again, so a
+// pod started seconds before a disk crossing is ranked by what it uses, not
+// first for having no stats. The every-pass read keeps the cache.
+func TestFixtureRankingMeasuresAgainAPodSeenBeforeItsContainersLogged(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS(filepath.Join("testdata", "v2-systemd"))); err != nil {
+		t.Fatal(err)
+	}
+	podLogs := filepath.Join(root, "var/log/pods/shop_web-7d9f_"+string(podBurstable))
+	app := filepath.Join(podLogs, "app")
+	saved := t.TempDir()
+	if err := os.Rename(app, filepath.Join(saved, "app")); err != nil {
+		t.Fatal(err)
+	}
+	m := fixtureMonitor(t, "", CgroupDriverSystemd, func(c *Config) { c.HostRoot = root })
+	s := m.ObserveNode(context.Background())
+	m.ObservePodDisk(context.Background(), s, fixturePods)
+	if c := s.Pods[podBurstable].Containers["app"]; c.LogsBytes != nil {
+		t.Fatalf("logs measured before the container's log directory existed: %v", deref(c.LogsBytes))
+	}
+	if err := os.Rename(filepath.Join(saved, "app"), app); err != nil { // the container starts
+		t.Fatal(err)
+	}
+	m.ObservePodDisk(context.Background(), s, fixturePods)
+	if c := s.Pods[podBurstable].Containers["app"]; c.LogsBytes != nil {
+		t.Errorf("the every-pass read measured again (%v); it should keep the housekeeping cache", deref(c.LogsBytes))
+	}
+	m.ObservePods(context.Background(), s, fixturePods)
+	if c := s.Pods[podBurstable].Containers["app"]; c.LogsBytes == nil || *c.LogsBytes == 0 {
+		t.Errorf("ranking read: container logs %v, want the log directory measured now", deref(c.LogsBytes))
+	}
+}

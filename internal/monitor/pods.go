@@ -77,7 +77,7 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 		var errs []string
 		if !withCgroups {
 			ps.Time = time.Now()
-			errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
+			errs = append(errs, m.addDiskUsage(pod, &ps, logs, false)...)
 			s.Pods[pod.UID] = ps
 			if len(errs) > 0 {
 				s.PodErrors[pod.UID] = strings.Join(errs, "; ")
@@ -116,7 +116,7 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			m.readContainerMemory(cg, pod.runtimeUID(), &ps)
 		}
 		ps.Time = time.Now()
-		errs = append(errs, m.addDiskUsage(pod, &ps, logs)...)
+		errs = append(errs, m.addDiskUsage(pod, &ps, logs, true)...)
 		s.Pods[pod.UID] = ps
 		if len(errs) > 0 {
 			s.PodErrors[pod.UID] = strings.Join(errs, "; ")
@@ -165,13 +165,22 @@ func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *polic
 }
 
 // addDiskUsage fills logs, writable layers and local volumes from the
-// refresher's cache, measuring a pod the cache has not seen yet.
-func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing) []string {
+// refresher's cache, measuring a pod the cache has not seen yet. For ranking,
+// a pod the cache saw before any of its containers had logged (a new pod,
+// measured while it started) is measured again: its logs and volumes are
+// cheap to read then, and without them it would have no disk stats at all,
+// which ranks it first for disk pressure (the kubelet's rule) — a pod
+// started seconds before the crossing would go before the one filling the
+// disk (make bench-ramp, setups disk*).
+func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing, ranking bool) []string {
 	m.mu.Lock()
 	d, ok := m.disk[pod.UID]
 	layers := m.layers[pod.runtimeUID()]
 	runtimeKnown := m.cfg.Runtime != nil && m.layers != nil
 	m.mu.Unlock()
+	if ok && ranking && len(d.containerLogs) == 0 {
+		ok = false
+	}
 	if !ok {
 		var listing []os.DirEntry
 		if pod.Namespace == "" || pod.Name == "" {
