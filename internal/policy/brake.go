@@ -35,6 +35,9 @@ const (
 	// reads again after SampleInterval to know the rate now. (A rate that
 	// fires even so is only understated: the brake is right to fire.)
 	brakeResampleSpans = 2
+	// brakeRateWindow: the rate is the fastest fall from the newest reading
+	// to each one from sampleInterval up to this much older.
+	brakeRateWindow = 100 * time.Millisecond
 	// evictionPathWeight is the weight of a new measurement in the moving
 	// estimate of the eviction path.
 	evictionPathWeight = 0.3
@@ -117,22 +120,40 @@ func (b *brakeState) recordHistory(obs Observations, now time.Time) {
 }
 
 // fallRate estimates how fast available falls from a signal's readings: the
-// slope between the newest reading and the latest earlier one at least
-// minSpan older, so two readings a few microseconds apart (noise) are never
-// used. ok is false when no such pair exists.
-func fallRate(h []Observation, minSpan time.Duration) (rate float64, span time.Duration, ok bool) {
+// fastest fall from the newest reading to each earlier one between minSpan
+// and window older. Never over less than minSpan (the kernel's counters are
+// batched: over microseconds the noise is a rate of its own); the fastest of
+// several spans because a ramp is understated both over a long span (averaged
+// with the calm before it began) and over a short one (a writer descheduled
+// for a few milliseconds: make bench-ramp saw a 2.3 GiB/s hog measured at
+// 290 MiB/s over 17 ms). When no reading is that recent, the slope to the
+// latest one older than minSpan. shortest is the shortest span looked at: how
+// recent the estimate is. ok is false when no reading is minSpan older.
+func fallRate(h []Observation, minSpan, window time.Duration) (rate float64, span, shortest time.Duration, ok bool) {
 	if len(h) < 2 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	newest := h[len(h)-1]
 	for i := len(h) - 2; i >= 0; i-- {
-		span = newest.Time.Sub(h[i].Time)
-		if span < minSpan {
+		s := newest.Time.Sub(h[i].Time)
+		if s < minSpan {
 			continue
 		}
-		return float64(h[i].Available-newest.Available) / span.Seconds(), span, true
+		if ok && s > window {
+			break
+		}
+		r := float64(h[i].Available-newest.Available) / s.Seconds()
+		if !ok || r > rate {
+			rate, span = r, s
+		}
+		if !ok {
+			shortest, ok = s, true
+		}
+		if s > window { // none within the window: the latest older one alone
+			break
+		}
 	}
-	return 0, 0, false
+	return rate, span, shortest, ok
 }
 
 // timeToExhaustion is how long until available reaches zero at rate; -1
@@ -214,7 +235,7 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		d.Reason = "reading not fresh"
 		return d
 	}
-	rate, span, ok := fallRate(e.brake.history[sig], cfg.SampleInterval)
+	rate, span, shortest, ok := fallRate(e.brake.history[sig], cfg.SampleInterval, brakeRateWindow)
 	if !ok {
 		d.Resample = true
 		d.Reason = fmt.Sprintf("no rate yet: one reading of %s; reading again in %v", sig, cfg.SampleInterval)
@@ -243,7 +264,7 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		d.Reason = fmt.Sprintf("%s falls %s (over %v): %s in %v, after %.1f × the %s eviction path %v: graceful path",
 			sig, rateText, span.Round(time.Millisecond), gone, d.TimeToExhaustion.Round(time.Millisecond), cfg.SafetyFactor, d.PathSource, d.EvictionPath.Round(time.Millisecond))
 	}
-	if span > brakeResampleSpans*cfg.SampleInterval {
+	if shortest > brakeResampleSpans*cfg.SampleInterval {
 		d.Resample = true
 		d.Reason += fmt.Sprintf("; rate averaged over %v, reading again in %v", span.Round(time.Millisecond), cfg.SampleInterval)
 	}

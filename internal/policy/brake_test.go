@@ -29,6 +29,13 @@ func TestFallRate(t *testing.T) {
 		{name: "the latest pair wide enough wins over older ones (a ramp that just began)",
 			h:       []Observation{obsAt(2000*Mi, 0, at(0)), obsAt(2000*Mi, 0, at(1000)), obsAt(1977*Mi, 0, at(1010))},
 			minSpan: 5 * time.Millisecond, wantOK: true, wantRate: float64(2300 * Mi), wantSpan: 10 * time.Millisecond},
+		{name: "the fastest fall within the window: a writer descheduled for the last 15 ms does not hide its ramp",
+			h: []Observation{obsAt(1000*Mi, 0, at(0)), obsAt(954*Mi, 0, at(20)), obsAt(931*Mi, 0, at(30)),
+				obsAt(930*Mi, 0, at(40)), obsAt(929*Mi, 0, at(45))},
+			minSpan: 10 * time.Millisecond, wantOK: true, wantRate: float64(71*Mi) / 0.045, wantSpan: 45 * time.Millisecond},
+		{name: "readings beyond the window do not count when one is within it",
+			h:       []Observation{obsAt(2000*Mi, 0, at(0)), obsAt(1000*Mi, 0, at(500)), obsAt(999*Mi, 0, at(520))},
+			minSpan: 10 * time.Millisecond, wantOK: true, wantRate: float64(50 * Mi), wantSpan: 20 * time.Millisecond},
 		{name: "only readings closer than minSpan", h: []Observation{obsAt(10, 0, at(0)), obsAt(5, 0, at(1))},
 			minSpan: 5 * time.Millisecond, wantOK: false},
 		{name: "rising: negative rate", h: []Observation{obsAt(100*Mi, 0, at(0)), obsAt(200*Mi, 0, at(1000))},
@@ -36,7 +43,7 @@ func TestFallRate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rate, span, ok := fallRate(tc.h, tc.minSpan)
+			rate, span, _, ok := fallRate(tc.h, tc.minSpan, 100*time.Millisecond)
 			if ok != tc.wantOK {
 				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
 			}
