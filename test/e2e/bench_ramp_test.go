@@ -85,6 +85,7 @@ type rampResult struct {
 	peakWorkingSet   int64
 	achievedMiBps    float64
 	throttled        cluster.CPUThrottling // evictiond's CFS throttling during the episode
+	runQueueWait     time.Duration         // evictiond's threads' time runnable but not running in the episode; -1 unknown
 }
 
 func TestBenchRamp(t *testing.T) {
@@ -200,6 +201,18 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 			t.Fatalf("deploying evictiond: %v", err)
 		}
 		evictiondUID = string(pod.UID)
+		// BENCH_RAMP_EVICTIOND_CPU_SHARES: evictiond's CPU weight under contention instead of
+		// what its 100m request gives (cpu.shares 102), to measure what CPU priority it needs.
+		if v := os.Getenv("BENCH_RAMP_EVICTIOND_CPU_SHARES"); v != "" {
+			shares, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("BENCH_RAMP_EVICTIOND_CPU_SHARES=%q: %v", v, err)
+			}
+			if err := cluster.SetPodCPUShares(evictiondUID, shares); err != nil {
+				t.Fatalf("setting evictiond's cpu.shares: %v", err)
+			}
+			t.Logf("evictiond's pod cgroup cpu.shares set to %d", shares)
+		}
 	}
 	var results []rampResult
 	n := 0
@@ -207,10 +220,10 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 		for run := range rampRuns {
 			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n), evictiondUID)
 			n++
-			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s",
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
 				fmtLatency(r.frozenLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
-				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond))
+				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond), fmtWait(r.runQueueWait))
 			results = append(results, r)
 		}
 	}
@@ -272,6 +285,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		t.Fatal(err)
 	}
 	throttle := startThrottleWatch(evictiondUID)
+	cpuWait := startRunQueueWatch(evictiondUID)
 	sampler := startSampler(rampThreshold)
 	// A CPU request: without one the hog gets cpu.shares=2 and, on a machine busy with other
 	// work, cannot reach the higher rates.
@@ -294,6 +308,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	time.Sleep(5 * time.Second)
 	s := sampler.stop()
 	res.throttled = throttle()
+	res.runQueueWait = cpuWait()
 
 	after, err := cluster.ReadPodsMemory()
 	if err != nil {
@@ -526,7 +541,7 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
@@ -541,7 +556,7 @@ func formatRampReport(results []rampResult) string {
 	for _, k := range order {
 		rs := groups[k]
 		var achieved []float64
-		var killed, throttled []string
+		var killed, throttled, waited []string
 		var bystanders []bystanderEvictions
 		var ooms int64
 		var peak int64
@@ -549,6 +564,7 @@ func formatRampReport(results []rampResult) string {
 			achieved = append(achieved, r.achievedMiBps)
 			killed = append(killed, r.killedBy)
 			throttled = append(throttled, fmt.Sprintf("%d (%s)", r.throttled.Throttled, r.throttled.ThrottledTime.Round(time.Millisecond)))
+			waited = append(waited, fmtWait(r.runQueueWait))
 			bystanders = append(bystanders, r.bystanders)
 			ooms += r.oomKills
 			peak = max(peak, r.peakWorkingSet)
@@ -557,13 +573,13 @@ func formatRampReport(results []rampResult) string {
 		lat := func(f func(rampResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d >= 0 })
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
 			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
-			bystanderCells(bystanders), ooms, peak>>20, strings.Join(throttled, ", "))
+			bystanderCells(bystanders), ooms, peak>>20, strings.Join(throttled, ", "), strings.Join(waited, ", "))
 	}
 	b.WriteString("\nLatencies: median / worst over the runs; — : never.\n")
 	return b.String()
@@ -571,6 +587,27 @@ func formatRampReport(results []rampResult) string {
 
 // startThrottleWatch notes evictiond's CFS throttling now; the returned function gives what
 // was added since. Without evictiond (uid "") or its cgroup, zero.
+// startRunQueueWatch measures how long evictiond's threads waited for a CPU (runnable, not
+// running) until the returned function is called; -1 when unknown. Under the max rate two hogs
+// with a 1-CPU request each outweigh evictiond's 100m (cpu.shares 1024 vs 102) on two cores.
+func startRunQueueWatch(uid string) func() time.Duration {
+	unknown := func() time.Duration { return -1 }
+	if uid == "" {
+		return unknown
+	}
+	before, err := cluster.PodRunQueueWait(uid)
+	if err != nil {
+		return unknown
+	}
+	return func() time.Duration {
+		after, err := cluster.PodRunQueueWait(uid)
+		if err != nil {
+			return -1
+		}
+		return after - before
+	}
+}
+
 func startThrottleWatch(uid string) func() cluster.CPUThrottling {
 	if uid == "" {
 		return func() cluster.CPUThrottling { return cluster.CPUThrottling{} }
@@ -584,4 +621,11 @@ func startThrottleWatch(uid string) func() cluster.CPUThrottling {
 		return cluster.CPUThrottling{Periods: after.Periods - before.Periods, Throttled: after.Throttled - before.Throttled,
 			ThrottledTime: after.ThrottledTime - before.ThrottledTime}
 	}
+}
+
+func fmtWait(d time.Duration) string {
+	if d < 0 {
+		return "?"
+	}
+	return d.Round(time.Millisecond).String()
 }

@@ -5,6 +5,7 @@ package cluster
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -106,4 +107,55 @@ func PodCPUThrottling(uid string) (CPUThrottling, error) {
 		return out, nil
 	}
 	return out, fmt.Errorf("no cpu cgroup for pod %s under /sys/fs/cgroup/cpu/kubepods", uid)
+}
+
+// podCPUDir is the pod's cgroup v1 cpu controller directory (any QoS class).
+func podCPUDir(uid string) (string, error) {
+	for _, qos := range []string{"", "burstable/", "besteffort/"} {
+		dir := "/sys/fs/cgroup/cpu/kubepods/" + qos + "pod" + uid
+		if _, err := os.Stat(filepath.Join(dir, "cpu.shares")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("no cpu cgroup for pod %s under /sys/fs/cgroup/cpu/kubepods", uid)
+}
+
+// PodRunQueueWait is how long the pod's threads have waited, runnable, for a CPU so far: the
+// sum of the second field of /proc/<pid>/task/<tid>/schedstat over the tasks of the pod's cgroup
+// (threads that exited are not counted). Under CPU contention it is the time the pod lost to
+// others; its CPU weight (cpu.shares, from its CPU request) decides how much.
+func PodRunQueueWait(uid string) (time.Duration, error) {
+	dir, err := podCPUDir(uid)
+	if err != nil {
+		return 0, err
+	}
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return 0, err
+	}
+	var wait int64
+	for _, pid := range strings.Fields(string(procs)) {
+		stats, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread exited
+			}
+			if fields := strings.Fields(string(b)); len(fields) >= 2 {
+				n, _ := strconv.ParseInt(fields[1], 10, 64)
+				wait += n
+			}
+		}
+	}
+	return time.Duration(wait), nil
+}
+
+// SetPodCPUShares overrides the pod cgroup's cpu.shares (its CPU weight under contention), for
+// experiments on how much CPU priority a pod needs; the kubelet set it from the CPU request.
+func SetPodCPUShares(uid string, shares int64) error {
+	dir, err := podCPUDir(uid)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.FormatInt(shares, 10)), 0o644)
 }
