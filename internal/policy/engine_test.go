@@ -465,7 +465,15 @@ func TestEngine_LocalStorageEvictionIsWaitedFor(t *testing.T) {
 		t.Fatalf("stale stats after departure: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
 	}
 
-	// Pass 4: newer stats still below the threshold: evict for real.
+	// Pass 4: newer stats, 1 s after it left, still below the threshold: its
+	// space may show a moment later (diskSettleWindow).
+	clock.Step(time.Second)
+	sel = e.Select(e.Assess(input(9*Gi, clock.now, other)), nil, 1)
+	if !strings.HasPrefix(sel.Waiting, "waiting for default/filler's space to show on the filesystem (removed 1s ago; up to 2s)") {
+		t.Fatalf("newer stats within the settle window: waiting %q, candidates %d", sel.Waiting, len(sel.Candidates))
+	}
+
+	// Pass 5: 2 s after it left, still below the threshold: evict for real.
 	clock.Step(time.Second)
 	sel = e.Select(e.Assess(input(9*Gi, clock.now, other)), nil, 1)
 	if sel.Waiting != "" || len(sel.Candidates) != 1 || sel.Candidates[0].Pod.Name != "other" {
@@ -587,7 +595,17 @@ func TestEngine_DiskVictimIsWaitedForUntilRemovedNotJustTerminated(t *testing.T)
 			t.Fatalf("pass %d, writer terminated but not removed: candidates %+v, waiting %q", i+2, sel.Candidates, sel.Waiting)
 		}
 	}
-	// Removed: its space is back.
+	// Removed from the API server, but a reading taken 10 ms after (node-level
+	// reclaim's) does not show its space yet: the bystander is not the next
+	// victim (make bench-ramp evicted it so before diskSettleWindow).
+	clock.Step(time.Second)
+	a := e.Assess(input(500*Mi, bystander))
+	clock.Step(10 * time.Millisecond)
+	sel = e.Select(a, Observations{SignalNodeFsAvailable: obsAt(500*Mi, 3*Gi, clock.now), SignalMemoryAvailable: obsAt(8*Gi, 16*Gi, clock.now)}, 1)
+	if len(sel.Candidates) != 0 || !strings.HasPrefix(sel.Waiting, "waiting for default/writer's space to show on the filesystem") {
+		t.Fatalf("writer removed, its space not shown yet: candidates %+v, waiting %q", sel.Candidates, sel.Waiting)
+	}
+	// Its space is back.
 	clock.Step(time.Second)
 	sel = e.Select(e.Assess(input(2500*Mi, bystander)), nil, 1)
 	if len(sel.Candidates) != 0 {
