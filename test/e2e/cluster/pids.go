@@ -122,19 +122,29 @@ func podCPUDir(uid string) (string, error) {
 
 // PodRunQueueWait is how long the pod's threads have waited, runnable, for a CPU so far: the
 // sum of the second field of /proc/<pid>/task/<tid>/schedstat over the tasks of the pod's cgroup
-// (threads that exited are not counted). Under CPU contention it is the time the pod lost to
+// and its containers' (threads that exited are not counted). Under CPU contention it is the time the pod lost to
 // others; its CPU weight (cpu.shares, from its CPU request) decides how much.
 func PodRunQueueWait(uid string) (time.Duration, error) {
 	dir, err := podCPUDir(uid)
 	if err != nil {
 		return 0, err
 	}
-	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	// On cgroup v1 the processes are in the containers' child cgroups, not the pod's own.
+	var pids []string
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			pids = append(pids, strings.Fields(string(b))...)
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
 	var wait int64
-	for _, pid := range strings.Fields(string(procs)) {
+	for _, pid := range pids {
 		stats, _ := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
 		for _, f := range stats {
 			b, err := os.ReadFile(f)
