@@ -1,9 +1,12 @@
 package brake
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,5 +149,33 @@ func TestBrake_ThawAll(t *testing.T) {
 	}
 	if state(t, a) != "THAWED" || state(t, c) != "THAWED" || len(b.Held()) != 0 {
 		t.Errorf("after ThawAll: %s %s %+v", state(t, a), state(t, c), b.Held())
+	}
+}
+
+// A container cgroup the runtime removes while the brake lists the pod's
+// processes (its cgroup.procs gone, or answering ENODEV) has none left: the
+// listing goes on with the others instead of failing the kill.
+func TestPodCgroup_PidsSkipsAContainerCgroupBeingRemoved(t *testing.T) {
+	dir := fakeV1(t).Dir
+	for path, procs := range map[string]string{"cgroup.procs": "", "app/cgroup.procs": "41\n42\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(procs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "exited"), 0o755); err != nil { // removed: no cgroup.procs
+		t.Fatal(err)
+	}
+	pids, err := PodCgroup{Version: V1, Dir: dir}.Pids()
+	if err != nil || len(pids) != 2 || pids[0]+pids[1] != 83 {
+		t.Fatalf("Pids = %v, %v; want [41 42] with the vanished container skipped", pids, err)
+	}
+	if !vanished(&fs.PathError{Op: "read", Path: "x/cgroup.procs", Err: syscall.ENODEV}) {
+		t.Error("ENODEV (a cgroup being destroyed) not taken as vanished")
+	}
+	if _, err := (PodCgroup{Version: V1, Dir: filepath.Join(dir, "nope")}).Pids(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the pod's own cgroup gone: err %v, want not-exist (the runtime removed it)", err)
 	}
 }
