@@ -542,7 +542,7 @@ func fmtLatency(d time.Duration) string {
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
