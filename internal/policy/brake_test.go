@@ -159,14 +159,14 @@ func TestBrake_Decisions(t *testing.T) {
 		{name: "fast ramp (2.3GiB/s) under a hard threshold: brake",
 			start: 700 * Mi, rate: 2300 * Mi, step: 100 * time.Millisecond, passes: 3, fire: true,
 			reasonPrefix: "allocatableMemory.available falls 2300Mi/s (over 100ms): gone in 104ms, before 1.5 × the initial eviction path 2s: brake"},
-		{name: "slow ramp (100MiB/s): graceful path, rate recent enough (10ms: the fast poll's pace near a threshold)",
-			start: 492 * Mi, rate: 100 * Mi, step: 10 * time.Millisecond, passes: 3,
+		{name: "slow ramp (100MiB/s): graceful path, read once more to confirm (10ms: the fast poll's pace near a threshold)",
+			start: 492 * Mi, rate: 100 * Mi, step: 10 * time.Millisecond, passes: 3, resample: true,
 			reasonPrefix: "allocatableMemory.available falls 100Mi/s (over 10ms): gone in 4.9s, after 1.5 × the initial eviction path 2s: graceful path"},
 		{name: "slow ramp over 100ms (more than 2 × sampleInterval): graceful, but read again, a ramp may have begun within it",
 			start: 510 * Mi, rate: 100 * Mi, step: 100 * time.Millisecond, passes: 3, resample: true,
 			reasonPrefix: "allocatableMemory.available falls 100Mi/s (over 100ms): gone in 4.9s, after 1.5 × the initial eviction path 2s: graceful path; rate averaged over 100ms, reading again in 10ms"},
-		{name: "slow ramp over 20ms (2 × sampleInterval): graceful, no second reading",
-			start: 494 * Mi, rate: 100 * Mi, step: 20 * time.Millisecond, passes: 3,
+		{name: "slow ramp over 20ms (2 × sampleInterval): graceful, read once more to confirm",
+			start: 494 * Mi, rate: 100 * Mi, step: 20 * time.Millisecond, passes: 3, resample: true,
 			reasonPrefix: "allocatableMemory.available falls 100Mi/s (over 20ms): gone in 4.9s, after 1.5 × the initial eviction path 2s: graceful path"},
 		{name: "slow ramp seen only by the 1s ticker: graceful, but read again to know the rate now",
 			start: 800 * Mi, rate: 100 * Mi, step: time.Second, passes: 5, resample: true,
@@ -184,7 +184,7 @@ func TestBrake_Decisions(t *testing.T) {
 			config: "brake: {evictionPath: 10s}\n", start: 510 * Mi, rate: 100 * Mi, step: 100 * time.Millisecond, passes: 3, fire: true,
 			reasonPrefix: "allocatableMemory.available falls 100Mi/s (over 100ms): gone in 4.9s, before 1.5 × the configured eviction path 10s: brake"},
 		{name: "safety factor 1: the same ramp with a 2s path is graceful at 2.4s to go",
-			config: "brake: {safetyFactor: 1}\n", start: 464 * Mi, rate: 200 * Mi, step: 10 * time.Millisecond, passes: 3,
+			config: "brake: {safetyFactor: 1}\n", start: 464 * Mi, rate: 200 * Mi, step: 10 * time.Millisecond, passes: 3, resample: true,
 			reasonPrefix: "allocatableMemory.available falls 200Mi/s (over 10ms): gone in 2.3s, after 1.0 ×"},
 	}
 	for _, tc := range cases {
@@ -403,7 +403,7 @@ func TestBrake_RateIgnoresReadingsCloserThanTheSampleInterval(t *testing.T) {
 	}
 	a := e.Assess(in)
 	d := e.Brake(a)
-	if d.Fire || d.Resample || d.RateSpan != 10*time.Millisecond {
+	if d.Fire || d.RateSpan != 10*time.Millisecond {
 		t.Errorf("Brake = fire %v resample %v over %v: %s;\nwant the graceful path on the rate over 10ms (100Mi/s)", d.Fire, d.Resample, d.RateSpan, d.Reason)
 	}
 }
