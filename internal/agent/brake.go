@@ -112,7 +112,65 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 
 	res := a.evictor.Evict(ctx, cands)
 	a.resolveHolds(res, d, held, crossing, br)
+	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == OutcomeEvicted &&
+		res.Victim != nil && as.Starved.Threshold.Hard() && d.Signal.Brakeable() && d.TimeToExhaustion >= 0 {
+		a.watchGraceful(ctx, as, pods, res, crossing, br)
+	}
 	return a.recordEviction(res, cands, obs)
+}
+
+// brakeWatchMax bounds watchGraceful.
+const brakeWatchMax = 2 * time.Second
+
+// watchGraceful follows a hard threshold's signal after a graceful eviction
+// was accepted, reading the fast signals every brake.sampleInterval until the
+// victim's resource comes back (the signal stops falling or is above the
+// threshold again), up to the time to exhaustion the brake estimated (at most
+// brakeWatchMax): a writer measured slow at the crossing (starved of CPU
+// then) can ramp at full speed right after it, and the graceful path would
+// lose to the OOM killer (the e2e tier's hog, 270-370 MiB/s at the crossing,
+// OOM-killed 0.3 s later in 2 of 4 runs). When the brake fires on the new
+// readings, the victim — its eviction already accepted — is frozen and
+// killed on the node at once.
+func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res EvictResult, crossing time.Time, br *BrakeReport) {
+	cfg := a.engine.Config().Brake
+	sig := as.Starved.Threshold.Signal
+	until := a.opts.Clock.Now().Add(min(br.TimeToExhaustion, brakeWatchMax))
+	last := as.Starved.Observation.Time
+	for a.opts.Clock.Now().Before(until) && ctx.Err() == nil {
+		a.sleep(cfg.SampleInterval)
+		obs := a.readFast(ctx, pods)
+		o, ok := obs[sig]
+		if !ok || !o.Time.After(last) {
+			return // no newer reading (simulate's steps): nothing to follow
+		}
+		last = o.Time
+		a.engine.RecordReadings(obs)
+		if o.Available >= as.Starved.Quantity {
+			return // the resource came back
+		}
+		d := a.engine.Brake(as)
+		if d.TimeToExhaustion < 0 {
+			return // not falling any more: the victim is releasing it
+		}
+		if !d.Fire {
+			continue
+		}
+		h, err := a.freezer.Freeze(res.Victim.Pod, cfg.MaxFreeze)
+		if err != nil {
+			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
+			a.log.Error("brake: freeze of the gracefully evicted victim failed; it terminates on the normal path", "pod", podKeyOf(res.Victim.Pod), "err", err)
+			return
+		}
+		br.BrakeDecision, br.Frozen = d, h.Pod
+		br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
+		a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
+		a.log.Warn("brake: pod frozen after its graceful eviction: the ramp outran the graceful path", "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
+			"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
+			"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
+		a.killHeld(res, h, d, crossing, br)
+		return
+	}
 }
 
 // recordFastReadings hands the fast readings taken since the last call

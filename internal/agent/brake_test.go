@@ -380,3 +380,54 @@ func TestBrake_FastPollReadingDuringTheRankingIsUsedBeforeReadingAgain(t *testin
 		t.Errorf("freezer calls %q, want the hog braked on the poll's 2.3 GiB/s", got)
 	}
 }
+
+// seqStats is fastStats whose fast readings follow a list, one per call.
+type seqStats struct {
+	*fakeStats
+	seq   []int64 // allocatableMemory.available per fast read
+	calls int
+}
+
+func (s *seqStats) ObserveFast() policy.Observations {
+	av := s.seq[min(s.calls, len(s.seq)-1)]
+	s.calls++
+	return allocAt(av, s.clock.now)
+}
+
+// A writer measured slow at the crossing (graceful path) that ramps at full
+// speed right after it is braked once its eviction was accepted: frozen and
+// killed on the node, without waiting for the graceful stop.
+func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	// 100 MiB/s up to the crossing and at the confirming read; then 2 GiB/s.
+	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 458 << 20, 438 << 20, 418 << 20}}
+	a.stats = ss
+	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	for _, av := range []int64{580 << 20, 480 << 20} {
+		clock.now = clock.now.Add(time.Second)
+		stats.obs = allocAt(av, time.Time{})
+		a.Pass(context.Background(), "test")
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Fatalf("freezer calls %q, want the gracefully evicted hog frozen and killed once the ramp sped up", got)
+	}
+	if ss.calls < 3 || ss.calls > 4 {
+		t.Errorf("%d fast reads, want the confirming read and the watch's until the ramp showed (3-4)", ss.calls)
+	}
+}
+
+// The watch ends as soon as the victim releases its memory: nothing frozen.
+func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 600 << 20, 400 << 20}}
+	a.stats = ss
+	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	for _, av := range []int64{580 << 20, 480 << 20} {
+		clock.now = clock.now.Add(time.Second)
+		stats.obs = allocAt(av, time.Time{})
+		a.Pass(context.Background(), "test")
+	}
+	if len(fz.log) != 0 || ss.calls != 3 {
+		t.Errorf("freezer calls %v, %d fast reads; want none frozen and the watch ended at the release (3 reads)", fz.log, ss.calls)
+	}
+}
