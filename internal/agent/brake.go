@@ -95,19 +95,9 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 		// Select never offers it; a defect must not freeze the agent itself.
 		a.log.Error("brake refused to freeze evictiond's own pod", "pod", podKeyOf(victim.Pod))
 	default:
-		h, err := a.freezer.Freeze(victim.Pod, cfg.Brake.MaxFreeze)
-		if err != nil {
-			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
-			a.log.Error("brake: freeze failed; evicting on the normal path", "pod", podKeyOf(victim.Pod), "err", err)
-			break
+		if h, ok := a.freezeVictim(victim.Pod, d, crossing, br, "brake: pod frozen", "brake: freeze failed; evicting on the normal path"); ok {
+			held = &h
 		}
-		held = &h
-		br.Frozen = h.Pod
-		br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
-		a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
-		a.log.Warn("brake: pod frozen", "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
-			"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-			"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
 	}
 
 	res := a.evictor.Evict(ctx, cands)
@@ -156,21 +146,32 @@ func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods [
 		if !d.Fire {
 			continue
 		}
-		h, err := a.freezer.Freeze(res.Victim.Pod, cfg.MaxFreeze)
-		if err != nil {
-			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
-			a.log.Error("brake: freeze of the gracefully evicted victim failed; it terminates on the normal path", "pod", podKeyOf(res.Victim.Pod), "err", err)
-			return
+		br.BrakeDecision = d
+		if h, ok := a.freezeVictim(res.Victim.Pod, d, crossing, br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",
+			"brake: freeze of the gracefully evicted victim failed; it terminates on the normal path"); ok {
+			a.killHeld(res, h, d, crossing, br)
 		}
-		br.BrakeDecision, br.Frozen = d, h.Pod
-		br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
-		a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
-		a.log.Warn("brake: pod frozen after its graceful eviction: the ramp outran the graceful path", "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
-			"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-			"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
-		a.killHeld(res, h, d, crossing, br)
 		return
 	}
+}
+
+// freezeVictim freezes a victim for the brake and records it: br's frozen
+// pod and crossing → frozen, the metric, the log line msg. A failed freeze
+// is counted and logged as failMsg; the pod then goes on the normal path.
+func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.Time, br *BrakeReport, msg, failMsg string) (brake.Hold, bool) {
+	h, err := a.freezer.Freeze(pod, a.engine.Config().Brake.MaxFreeze)
+	if err != nil {
+		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "freeze_failed").Inc()
+		a.log.Error(failMsg, "pod", podKeyOf(pod), "err", err)
+		return h, false
+	}
+	br.Frozen = h.Pod
+	br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
+	a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
+	a.log.Warn(msg, "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
+		"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
+		"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
+	return h, true
 }
 
 // recordFastReadings hands the fast readings taken since the last call

@@ -271,11 +271,7 @@ func TestBrake_ResampleReadsTheFastSignalsAfterWhatIsLeftOfTheInterval(t *testin
 	a.stats = fs
 	var slept []time.Duration
 	a.sleep = func(d time.Duration) { slept = append(slept, d); clock.now = clock.now.Add(d) }
-	for _, av := range []int64{580 << 20, 480 << 20} { // 100 MiB/s over 1 s: 4.8 s to go
-		clock.now = clock.now.Add(time.Second)
-		stats.obs = policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: av, Capacity: 3 << 30}}
-		a.Pass(context.Background(), "test")
-	}
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20) // 100 MiB/s over 1 s: 4.8 s to go
 	if !slices.Equal(slept, []time.Duration{6 * time.Millisecond}) {
 		t.Errorf("slept %v before the second reading, want [6ms] (10ms after the pass's reading, 4ms of which the ranking took)", slept)
 	}
@@ -295,11 +291,7 @@ func TestBrake_ResampleDoesNotWaitWhenThePassTookTheInterval(t *testing.T) {
 	a.stats = fs
 	var slept []time.Duration
 	a.sleep = func(d time.Duration) { slept = append(slept, d) }
-	for _, av := range []int64{580 << 20, 480 << 20} {
-		clock.now = clock.now.Add(time.Second)
-		stats.obs = policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: av, Capacity: 3 << 30}}
-		a.Pass(context.Background(), "test")
-	}
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
 	if len(slept) != 0 || fs.fastCalls != 1 {
 		t.Errorf("slept %v, fast reads %d; want no wait and one fast read", slept, fs.fastCalls)
 	}
@@ -403,11 +395,7 @@ func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *test
 	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 458 << 20, 438 << 20, 418 << 20}}
 	a.stats = ss
 	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
-	for _, av := range []int64{580 << 20, 480 << 20} {
-		clock.now = clock.now.Add(time.Second)
-		stats.obs = allocAt(av, time.Time{})
-		a.Pass(context.Background(), "test")
-	}
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
 		t.Fatalf("freezer calls %q, want the gracefully evicted hog frozen and killed once the ramp sped up", got)
 	}
@@ -422,12 +410,18 @@ func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
 	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 600 << 20, 400 << 20}}
 	a.stats = ss
 	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
-	for _, av := range []int64{580 << 20, 480 << 20} {
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
+	if len(fz.log) != 0 || ss.calls != 3 {
+		t.Errorf("freezer calls %v, %d fast reads; want none frozen and the watch ended at the release (3 reads)", fz.log, ss.calls)
+	}
+}
+
+// passesEverySecond runs a pass at each allocatableMemory.available value, a
+// second apart: the 1 s ticker alone seeing a ramp.
+func passesEverySecond(a *Agent, clock *fakeClock, stats *fakeStats, avail ...int64) {
+	for _, av := range avail {
 		clock.now = clock.now.Add(time.Second)
 		stats.obs = allocAt(av, time.Time{})
 		a.Pass(context.Background(), "test")
-	}
-	if len(fz.log) != 0 || ss.calls != 3 {
-		t.Errorf("freezer calls %v, %d fast reads; want none frozen and the watch ended at the release (3 reads)", fz.log, ss.calls)
 	}
 }

@@ -505,9 +505,9 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 			continue
 		}
 		// Newer stats of a disk victim: its space may show a moment later.
-		if holdsDisk(p.signal) && now.Sub(p.goneAt) < diskSettleWindow {
+		if w := e.settleWindow(p.signal); holdsDisk(p.signal) && now.Sub(p.goneAt) < w {
 			return fmt.Sprintf("waiting for %s's space to show on the filesystem (removed %v ago; up to %v)",
-				p.key, now.Sub(p.goneAt).Round(time.Millisecond), diskSettleWindow)
+				p.key, now.Sub(p.goneAt).Round(time.Millisecond), w)
 		}
 	}
 	if credit == 0 {

@@ -96,17 +96,15 @@ type CPUThrottling struct {
 
 // PodCPUThrottling reads the cpu.stat of the pod's cgroup (any QoS class).
 func PodCPUThrottling(uid string) (CPUThrottling, error) {
-	var out CPUThrottling
-	for _, qos := range []string{"", "burstable/", "besteffort/"} {
-		stat, err := readKeyed("/sys/fs/cgroup/cpu/kubepods/" + qos + "pod" + uid + "/cpu.stat")
-		if err != nil {
-			continue
-		}
-		out.Periods, out.Throttled = stat["nr_periods"], stat["nr_throttled"]
-		out.ThrottledTime = time.Duration(stat["throttled_time"])
-		return out, nil
+	dir, err := podCPUDir(uid)
+	if err != nil {
+		return CPUThrottling{}, err
 	}
-	return out, fmt.Errorf("no cpu cgroup for pod %s under /sys/fs/cgroup/cpu/kubepods", uid)
+	stat, err := readKeyed(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return CPUThrottling{}, err
+	}
+	return CPUThrottling{Periods: stat["nr_periods"], Throttled: stat["nr_throttled"], ThrottledTime: time.Duration(stat["throttled_time"])}, nil
 }
 
 // podCPUDir is the pod's cgroup v1 cpu controller directory (any QoS class).
