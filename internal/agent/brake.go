@@ -109,23 +109,25 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	return a.recordEviction(res, cands, obs)
 }
 
-// brakeWatchMax bounds watchGraceful.
+// brakeWatchMax bounds watchGraceful: the kubelet's minimum grace period
+// (2 s) is what a victim that does not stop at SIGTERM keeps its resource.
 const brakeWatchMax = 2 * time.Second
 
 // watchGraceful follows a hard threshold's signal after a graceful eviction
 // was accepted, reading the fast signals every brake.sampleInterval until the
 // victim's resource comes back (the signal stops falling or is above the
-// threshold again), up to the time to exhaustion the brake estimated (at most
-// brakeWatchMax): a writer measured slow at the crossing (starved of CPU
-// then) can ramp at full speed right after it, and the graceful path would
-// lose to the OOM killer (the e2e tier's hog, 270-370 MiB/s at the crossing,
-// OOM-killed 0.3 s later in 2 of 4 runs). When the brake fires on the new
-// readings, the victim — its eviction already accepted — is frozen and
-// killed on the node at once.
+// threshold again), at most brakeWatchMax: a writer measured slow at the
+// crossing (starved of CPU then) can ramp at full speed right after it, and
+// the graceful path would lose to the OOM killer (the e2e tier's hog,
+// 270-370 MiB/s at the crossing, OOM-killed 0.3 s later in 2 of 4 runs). Not
+// bounded by the time to exhaustion estimated at the crossing: a ramp that
+// slowed past it and sped up again before the victim stopped would be left to
+// the OOM killer. When the brake fires on the new readings, the victim — its
+// eviction already accepted — is frozen and killed on the node at once.
 func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res EvictResult, crossing time.Time, br *BrakeReport) {
 	cfg := a.engine.Config().Brake
 	sig := as.Starved.Threshold.Signal
-	until := a.opts.Clock.Now().Add(min(br.TimeToExhaustion, brakeWatchMax))
+	until := a.opts.Clock.Now().Add(brakeWatchMax)
 	last := as.Starved.Observation.Time
 	for a.opts.Clock.Now().Before(until) && ctx.Err() == nil {
 		a.sleep(cfg.SampleInterval)

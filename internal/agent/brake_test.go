@@ -404,6 +404,33 @@ func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *test
 	}
 }
 
+// The watch outlasts the time to exhaustion estimated at the crossing: a ramp
+// that slowed past it and sped up again before the victim stopped is braked.
+func TestBrake_GracefulWatchOutlastsTheEstimateAtTheCrossing(t *testing.T) {
+	// A measured path of 200 ms: the brake fires under 300 ms to exhaustion.
+	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
+	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s for 1.5 s,
+	// then 2 GiB/s.
+	seq := []int64{476 << 20}
+	for av := int64(475 << 20); len(seq) < 151; av -= 1 << 20 {
+		seq = append(seq, av)
+	}
+	for last := seq[len(seq)-1]; last > 200<<20; {
+		last -= 20 << 20
+		seq = append(seq, last)
+	}
+	ss := &seqStats{fakeStats: stats, seq: seq}
+	a.stats = ss
+	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	passesEverySecond(a, clock, stats, 880<<20, 480<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Fatalf("freezer calls %q after %d fast reads, want the hog frozen and killed once the ramp sped up, 1.5 s after the crossing", got, ss.calls)
+	}
+	if ss.calls < 152 {
+		t.Errorf("%d fast reads, want the hog braked after the slow 1.5 s (over 150)", ss.calls)
+	}
+}
+
 // The watch ends as soon as the victim releases its memory: nothing frozen.
 func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
