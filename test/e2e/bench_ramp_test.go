@@ -401,19 +401,6 @@ func waitHogEnd(c *cluster.Cluster, ns, container string, timeout time.Duration)
 	return last, err == nil
 }
 
-// waitPodsMemoryCalm waits until kubepods has at least free bytes available, so an episode
-// starts from the same place whatever the previous one left (dying pods, page cache).
-func waitPodsMemoryCalm(t *testing.T, free int64, timeout time.Duration) {
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		m, err := cluster.ReadPodsMemory()
-		return err == nil && m.Available() >= free, nil
-	})
-	if err != nil {
-		m, _ := cluster.ReadPodsMemory()
-		t.Fatalf("kubepods did not calm down: %d MiB available, want %d MiB", m.Available()>>20, free>>20)
-	}
-}
-
 // sampler reads kubepods memory every 2 ms and notes when allocatableMemory.available first
 // fell below the threshold.
 type sampler struct {
