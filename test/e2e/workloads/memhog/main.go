@@ -32,6 +32,7 @@ func main() {
 	targetMiB := flag.Int64("target-mib", 0, "stop allocating at this size in MiB and hold; 0 = no limit")
 	startDelay := flag.Duration("start-delay", 0, "wait this long before the ramp starts")
 	reportEvery := flag.Duration("report-every", time.Second, "interval of progress lines")
+	ignoreTerm := flag.Bool("ignore-sigterm", false, "ignore SIGTERM (a program slow to shut down: only SIGKILL stops it)")
 	flag.Parse()
 	if *rateMiB <= 0 {
 		fmt.Fprintf(os.Stderr, "memhog: -rate-mib=%v: must be above 0\n", *rateMiB)
@@ -43,7 +44,12 @@ func main() {
 	}
 
 	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+		signal.Notify(stop, syscall.SIGINT)
+	} else {
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	}
 	select {
 	case sig := <-stop:
 		fmt.Printf("memhog: %v before the ramp, exiting\n", sig)
