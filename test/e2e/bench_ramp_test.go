@@ -71,14 +71,17 @@ var rampSetupsByName = map[string][]rampSetup{
 
 // rampResult is one episode's outcome.
 type rampResult struct {
-	setup            string
-	rate             rampRate
-	outcome          string        // "evicted by kubelet", "evicted by evictiond", "OOM-killed", ...
-	killedBy         string        // who ended the hog: "brake kill", "eviction", "kubelet eviction", "OOM killer"
-	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"; -1 when it did not act
-	evictiondLatency time.Duration // crossing -> evictiond's eviction request; -1 when it did not act
-	frozenLatency    time.Duration // crossing -> evictiond's brake froze the hog; -1 when it did not
-	releasedLatency  time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp; -1 never seen
+	setup    string
+	rate     rampRate
+	outcome  string // "evicted by kubelet", "evicted by evictiond", "OOM-killed", ...
+	killedBy string // who ended the hog: "brake kill", "eviction", "kubelet eviction", "OOM killer"
+	// Latencies from the bench's crossing; notActed when there is none. A negative one is
+	// real: the actor saw the crossing before the bench's 2 ms sampler did (a memcg
+	// threshold on usage, or the sampler descheduled).
+	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"
+	evictiondLatency time.Duration // crossing -> evictiond's eviction request
+	frozenLatency    time.Duration // crossing -> evictiond's brake froze the hog
+	releasedLatency  time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp
 	evicted          int           // pods evicted in the episode, all actors
 	bystanders       bystanderEvictions
 	oomKills         int64
@@ -263,7 +266,7 @@ brake: {enabled: %t}
 func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate rampRate, ns, evictiondUID string) rampResult {
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)
-	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: -1, evictiondLatency: -1, frozenLatency: -1, releasedLatency: -1}
+	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: notActed, evictiondLatency: notActed, frozenLatency: notActed, releasedLatency: notActed}
 
 	bystanders := []*corev1.Pod{
 		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
@@ -518,7 +521,7 @@ func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since t
 }
 
 func fmtLatency(d time.Duration) string {
-	if d < 0 {
+	if d == notActed {
 		return "did not act"
 	}
 	return d.Round(time.Millisecond).String()
@@ -558,7 +561,7 @@ func formatRampReport(results []rampResult) string {
 		}
 		sort.Float64s(achieved)
 		lat := func(f func(rampResult) time.Duration) string {
-			return latencySummary(rs, f, func(d time.Duration) bool { return d >= 0 })
+			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
 		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
