@@ -395,6 +395,12 @@ func (c *Cluster) startKubelet(binDir string) error {
 		EvictionHard:                     c.opts.KubeletEvictionHard,
 		EvictionPressureTransitionPeriod: metav1.Duration{Duration: c.opts.KubeletPressureTransitionPeriod},
 		KernelMemcgNotification:          c.opts.KubeletKernelMemcgNotification,
+		// No periodic image GC (as kind's nodes): this machine's disk counts as 80-85 % used
+		// (a large root reserve), and the kubelet's 5-minute GC at 85 % removed the pause
+		// image, which containerd 1.6 does not report pinned; every pod start after it
+		// failed (make bench-ramp, 5.5 min into a cluster). Disk reclaim is evictiond's
+		// (and the kubelet eviction manager's, which does not depend on this).
+		ImageGCHighThresholdPercent: ptr.To(int32(100)),
 		// ConfigMap volume updates reach pods on the kubelet's pod sync: 10 s instead of
 		// 1 min keeps the hot-reload scenario short.
 		SyncFrequency: metav1.Duration{Duration: 10 * time.Second},
