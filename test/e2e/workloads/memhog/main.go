@@ -23,12 +23,8 @@ const (
 	// step is how often the ramp allocates; short enough that a 4000 MiB/s ramp is smooth
 	// (40 MiB per step), long enough that the loop's own cost is negligible.
 	step = 10 * time.Millisecond
-	// maxChunk bounds one mmap call: 2 MiB, a transparent huge page. A task freezes only on
-	// its way back to user space; with 16 MiB per call the brake's freezer waited 4-12 ms
-	// for two hogs at 2-4 GiB/s to leave MAP_POPULATE (make bench-ramp), a wait a program
-	// that touches its pages (what allocators do) does not impose: it returns to user
-	// space after every fault, at most a huge page.
-	maxChunk = 2 << 20
+	// maxChunk bounds one mmap call.
+	maxChunk = 16 << 20
 )
 
 func main() {
