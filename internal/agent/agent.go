@@ -274,6 +274,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	rep.Selection = &sel
 	if sel.Waiting != "" {
 		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
+		rep.Brake = a.brakePending(assessment, pods)
 		return rep
 	}
 	var cacheNote string

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,6 +156,50 @@ func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods [
 		}
 		return
 	}
+}
+
+// brakePending brakes a victim whose graceful eviction for the starved hard
+// threshold is still pending, while the pass waits for it: a victim that
+// ignores SIGTERM keeps its resource until the kubelet's kill (its 2 s
+// minimum grace and more), and a ramp that outlasted watchGraceful would
+// otherwise reach the OOM killer first. It returns the brake's report when
+// it fired.
+func (a *Agent) brakePending(as *policy.Assessment, pods []*v1.Pod) *BrakeReport {
+	cfg := a.engine.Config()
+	s := as.Starved
+	if !cfg.Brake.Enabled || cfg.DryRun || a.freezer == nil || !s.Threshold.Hard() || !s.Threshold.Signal.Brakeable() {
+		return nil
+	}
+	var victim *v1.Pod
+	for _, p := range a.engine.GracefulVictims() {
+		if p.Signal != s.Threshold.Signal || p.UID == a.opts.SelfUID {
+			continue
+		}
+		if i := slices.IndexFunc(pods, func(pod *v1.Pod) bool { return pod.UID == p.UID }); i >= 0 {
+			victim = pods[i]
+			break
+		}
+	}
+	if victim == nil {
+		return nil
+	}
+	d := a.engine.Brake(as)
+	if !d.Fire {
+		return nil
+	}
+	br := &BrakeReport{BrakeDecision: d}
+	crossing := s.FirstObservedAt
+	h, ok := a.freezeVictim(victim, d, crossing, br, "brake: pod frozen while its eviction was pending: the ramp outran the graceful path",
+		"brake: freeze of the pending victim failed; it terminates on the normal path")
+	if !ok {
+		return br
+	}
+	res := EvictResult{Outcome: OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
+	a.killHeld(res, h, d, crossing, br)
+	if res.Victim.Braked {
+		a.engine.MarkBraked(victim.UID)
+	}
+	return br
 }
 
 // freezeVictim freezes a victim for the brake and records it: br's frozen

@@ -431,6 +431,49 @@ func TestBrake_GracefulWatchOutlastsTheEstimateAtTheCrossing(t *testing.T) {
 	}
 }
 
+// A victim that ignores SIGTERM outlives the watch: a later pass, waiting for
+// it, brakes it once the ramp would reach the limit before the pod is gone.
+func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
+	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s through the
+	// watch's 2 s (2.7 s to go at its end: not braked).
+	seq := []int64{476 << 20}
+	for av := int64(475 << 20); len(seq) < 250; av -= 1 << 20 {
+		seq = append(seq, av)
+	}
+	ss := &seqStats{fakeStats: stats, seq: seq}
+	a.stats = ss
+	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	passesEverySecond(a, clock, stats, 880<<20, 480<<20)
+	if len(fz.log) != 0 {
+		t.Fatalf("freezer calls %v during the slow watch, want none", fz.log)
+	}
+	// The next pass waits for the hog, still on the node; 235 MiB/s since the watch's
+	// last reading, 40 MiB left: 0.17 s, under 1.5 × the 200 ms path.
+	clock.now = clock.now.Add(time.Second)
+	stats.obs = allocAt(40<<20, time.Time{})
+	rep := a.Pass(context.Background(), "test")
+	if rep.Selection == nil || rep.Selection.Waiting == "" {
+		t.Fatalf("selection %+v, want the pass waiting for the pending hog", rep.Selection)
+	}
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Fatalf("freezer calls %q, want the pending hog frozen and killed", got)
+	}
+	if rep.Brake == nil || rep.Brake.Killed != "ns/hog" || !rep.Brake.Fire {
+		t.Errorf("brake report %+v, want the hog killed", rep.Brake)
+	}
+	if v := a.engine.GracefulVictims(); len(v) != 0 {
+		t.Errorf("graceful victims %v after the brake's kill, want none (its departure does not measure the path)", v)
+	}
+	// The pass after it, pressure unchanged: nothing braked twice.
+	clock.now = clock.now.Add(time.Second)
+	stats.obs = allocAt(30<<20, time.Time{})
+	a.Pass(context.Background(), "test")
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q after another pass, want the hog braked once", got)
+	}
+}
+
 // The watch ends as soon as the victim releases its memory: nothing frozen.
 func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})

@@ -350,6 +350,36 @@ func (e *Engine) Pending() []string {
 	return out
 }
 
+// PendingVictim is a hard-threshold eviction whose pod is still on the node
+// and was not braked: what the brake may still stop when the graceful path
+// proves too slow.
+type PendingVictim struct {
+	UID    types.UID
+	Signal Signal
+}
+
+// GracefulVictims lists the pending evictions made for a hard threshold,
+// whose pods are not yet gone and were not braked.
+func (e *Engine) GracefulVictims() []PendingVictim {
+	var out []PendingVictim
+	for _, p := range e.pending {
+		if p.hard && !p.braked && p.goneAt.IsZero() {
+			out = append(out, PendingVictim{UID: p.uid, Signal: p.signal})
+		}
+	}
+	return out
+}
+
+// MarkBraked records that the brake killed a pending victim on the node: its
+// departure then does not measure the normal eviction path.
+func (e *Engine) MarkBraked(uid types.UID) {
+	for _, p := range e.pending {
+		if p.uid == uid {
+			p.braked = true
+		}
+	}
+}
+
 func (e *Engine) isPending(uid types.UID) bool {
 	for _, p := range e.pending {
 		if p.uid == uid {
