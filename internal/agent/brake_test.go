@@ -386,15 +386,32 @@ func (s *seqStats) ObserveFast() policy.Observations {
 	return allocAt(av, s.clock.now)
 }
 
+// readInSequence makes the agent's fast readings follow seq, one per call, its
+// sleeps advance the clock.
+func readInSequence(a *Agent, clock *fakeClock, stats *fakeStats, seq ...int64) *seqStats {
+	ss := &seqStats{fakeStats: stats, seq: seq}
+	a.stats = ss
+	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	return ss
+}
+
+// slowAfterCrossing is the fast readings after a crossing at 480 MiB: 476 MiB
+// 10 ms later (400 MiB/s), then 1 MiB less per reading (100 MiB/s), n in all.
+func slowAfterCrossing(n int) []int64 {
+	seq := []int64{476 << 20}
+	for av := int64(475 << 20); len(seq) < n; av -= 1 << 20 {
+		seq = append(seq, av)
+	}
+	return seq
+}
+
 // A writer measured slow at the crossing (graceful path) that ramps at full
 // speed right after it is braked once its eviction was accepted: frozen and
 // killed on the node, without waiting for the graceful stop.
 func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
 	// 100 MiB/s up to the crossing and at the confirming read; then 2 GiB/s.
-	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 458 << 20, 438 << 20, 418 << 20}}
-	a.stats = ss
-	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	ss := readInSequence(a, clock, stats, 479<<20, 478<<20, 458<<20, 438<<20, 418<<20)
 	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
 		t.Fatalf("freezer calls %q, want the gracefully evicted hog frozen and killed once the ramp sped up", got)
@@ -411,17 +428,12 @@ func TestBrake_GracefulWatchOutlastsTheEstimateAtTheCrossing(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
 	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s for 1.5 s,
 	// then 2 GiB/s.
-	seq := []int64{476 << 20}
-	for av := int64(475 << 20); len(seq) < 151; av -= 1 << 20 {
-		seq = append(seq, av)
-	}
+	seq := slowAfterCrossing(151)
 	for last := seq[len(seq)-1]; last > 200<<20; {
 		last -= 20 << 20
 		seq = append(seq, last)
 	}
-	ss := &seqStats{fakeStats: stats, seq: seq}
-	a.stats = ss
-	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	ss := readInSequence(a, clock, stats, seq...)
 	passesEverySecond(a, clock, stats, 880<<20, 480<<20)
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
 		t.Fatalf("freezer calls %q after %d fast reads, want the hog frozen and killed once the ramp sped up, 1.5 s after the crossing", got, ss.calls)
@@ -437,13 +449,7 @@ func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
 	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s through the
 	// watch's 2 s (2.7 s to go at its end: not braked).
-	seq := []int64{476 << 20}
-	for av := int64(475 << 20); len(seq) < 250; av -= 1 << 20 {
-		seq = append(seq, av)
-	}
-	ss := &seqStats{fakeStats: stats, seq: seq}
-	a.stats = ss
-	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	readInSequence(a, clock, stats, slowAfterCrossing(250)...)
 	passesEverySecond(a, clock, stats, 880<<20, 480<<20)
 	if len(fz.log) != 0 {
 		t.Fatalf("freezer calls %v during the slow watch, want none", fz.log)
@@ -477,9 +483,7 @@ func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
 // The watch ends as soon as the victim releases its memory: nothing frozen.
 func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
-	ss := &seqStats{fakeStats: stats, seq: []int64{479 << 20, 478 << 20, 600 << 20, 400 << 20}}
-	a.stats = ss
-	a.sleep = func(d time.Duration) { clock.now = clock.now.Add(d) }
+	ss := readInSequence(a, clock, stats, 479<<20, 478<<20, 600<<20, 400<<20)
 	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
 	if len(fz.log) != 0 || ss.calls != 3 {
 		t.Errorf("freezer calls %v, %d fast reads; want none frozen and the watch ended at the release (3 reads)", fz.log, ss.calls)
