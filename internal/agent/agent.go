@@ -62,6 +62,10 @@ type Agent struct {
 	// and logs, and freezes nothing.
 	freezer Freezer
 
+	// stages times the current pass's steps up to the brake, for the
+	// brake's log line (where the milliseconds from the crossing went).
+	stages passStages
+
 	mu           sync.Mutex
 	lastPassEnd  time.Time
 	lastPassErr  string
@@ -214,6 +218,7 @@ func (a *Agent) HoldConditions(conds []v1.NodeConditionType) {
 // pass is one decision: the steps of docs/architecture.md's loop, one call each.
 func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
+	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
 
@@ -228,11 +233,17 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 		return rep
 	}
 	pods := activePods(listed)
+	a.stages.listed = time.Now()
 	obs := a.stats.Observe(ctx, pods)
+	a.stages.observed = time.Now()
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
 
-	a.recordFastReadings()
+	a.stages.fast = a.recordFastReadings()
 	assessment := a.engine.Assess(in)
+	a.stages.assessed = time.Now()
+	if s := assessment.Starved; s != nil {
+		a.stages.notePollCrossing(s)
+	}
 	rep.Observed, rep.Assessment = obs, assessment
 	a.releaseBrake(assessment)
 	a.publish(assessment, obs)
@@ -260,6 +271,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	// Ranking needs every pod's fresh memory and process counts; the
 	// assessment holds the same Pods map, so it sees them.
 	a.stats.ObserveUsage(ctx, pods, &obs)
+	a.stages.usage = time.Now()
 	fresh := obs.Observations
 	if plan := assessment.NodeReclaim; plan != nil {
 		after, r := a.reclaimNode(ctx, plan, pods, obs.Layout)
@@ -271,6 +283,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	}
 
 	sel := a.engine.Select(assessment, fresh, a.candidatesWanted(starved.Threshold))
+	a.stages.selected = time.Now()
 	rep.Selection = &sel
 	if sel.Waiting != "" {
 		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)

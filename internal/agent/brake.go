@@ -56,7 +56,7 @@ type BrakeReport struct {
 func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) EvictResult {
 	cfg := a.engine.Config()
 	d := a.engine.Brake(as)
-	if d.Resample && !d.Fire && a.recordFastReadings() > 0 {
+	if d.Resample && !d.Fire && len(a.recordFastReadings()) > 0 {
 		d = a.engine.Brake(as)
 	}
 	if d.Resample && !d.Fire {
@@ -215,22 +215,67 @@ func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.
 	br.Frozen = h.Pod
 	br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
 	a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
-	a.log.Warn(msg, "pod", h.Pod, "uid", h.UID, "signal", d.Signal,
+	attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal,
 		"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-		"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason)
+		"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason}
+	a.log.Warn(msg, append(attrs, a.stages.logAttrs()...)...)
 	return h, true
 }
 
 // recordFastReadings hands the fast readings taken since the last call
-// (the fast poll's) to the engine's rate history, and says how many.
-func (a *Agent) recordFastReadings() int {
+// (the fast poll's) to the engine's rate history, and returns them.
+func (a *Agent) recordFastReadings() []policy.Observations {
 	h, ok := a.stats.(FastHistory)
 	if !ok {
-		return 0
+		return nil
 	}
 	r := h.FastReadings()
 	a.engine.RecordReadings(r...)
-	return len(r)
+	return r
+}
+
+// passStages are the times of a pass's steps up to the brake, logged with a
+// freeze so that the time from the crossing to the frozen pod can be split:
+// the fast poll's reading of the crossing, the wake, the node's observation
+// (with the CRI's filesystems), the assessment, the pods' usage, the ranking.
+type passStages struct {
+	start, listed, observed, assessed, usage, selected time.Time
+	// fast are the fast poll's readings handed over in this pass.
+	fast []policy.Observations
+	// pollCrossing is the earliest of them with the starved signal below
+	// its threshold: the reading that woke the loop, when the poll's.
+	pollCrossing time.Time
+}
+
+func (p *passStages) notePollCrossing(s *policy.ThresholdStatus) {
+	for _, obs := range p.fast {
+		if o, ok := obs[s.Threshold.Signal]; ok && o.Available < s.Quantity {
+			p.pollCrossing = o.Time
+			return
+		}
+	}
+}
+
+// logAttrs are the stages as log attributes: absolute times for the start
+// and the poll's crossing, the steps as offsets from the start.
+func (p *passStages) logAttrs() []any {
+	if p.start.IsZero() {
+		return nil
+	}
+	var steps []string
+	for _, st := range []struct {
+		name string
+		at   time.Time
+	}{{"listed", p.listed}, {"observed", p.observed}, {"assessed", p.assessed}, {"usage", p.usage}, {"selected", p.selected}} {
+		if !st.at.IsZero() {
+			steps = append(steps, fmt.Sprintf("%s +%v", st.name, st.at.Sub(p.start).Round(10*time.Microsecond)))
+		}
+	}
+	attrs := []any{"passStart", p.start.Format(time.RFC3339Nano), "passSteps", strings.Join(steps, ", ")}
+	if !p.pollCrossing.IsZero() {
+		attrs = append(attrs, "pollCrossing", p.pollCrossing.Format(time.RFC3339Nano))
+	}
+	return attrs
 }
 
 // readFast reads the signals the brake races on: the fast ones alone when

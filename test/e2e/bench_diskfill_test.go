@@ -151,8 +151,8 @@ func runDiskEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, ns, evicti
 			res.evictiondLatency = at.Sub(r.crossing)
 		}
 		if setup.evictiond {
-			if at, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
-				res.frozenLatency = at.Sub(r.crossing)
+			if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+				res.frozenLatency = f.frozenAt.Sub(r.crossing)
 			}
 		}
 		res.peakLatency = r.fullestAt.Sub(r.crossing)

@@ -176,8 +176,8 @@ func runBombEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, capacity, 
 			res.evictiondLatency = at.Sub(r.crossing)
 		}
 		if setup.evictiond {
-			if at, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
-				res.frozenLatency = at.Sub(r.crossing)
+			if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+				res.frozenLatency = f.frozenAt.Sub(r.crossing)
 			}
 		}
 		res.peakLatency = r.peakAt.Sub(r.crossing)

@@ -81,14 +81,17 @@ type rampResult struct {
 	kubeletLatency   time.Duration // crossing -> kubelet's "must evict"
 	evictiondLatency time.Duration // crossing -> evictiond's eviction request
 	frozenLatency    time.Duration // crossing -> evictiond's brake froze the hog
-	releasedLatency  time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp
-	evicted          int           // pods evicted in the episode, all actors
-	bystanders       bystanderEvictions
-	oomKills         int64
-	peakWorkingSet   int64
-	achievedMiBps    float64
-	throttled        cluster.CPUThrottling // evictiond's CFS throttling during the episode
-	runQueueWait     time.Duration         // evictiond's threads' time runnable but not running in the episode; -1 unknown
+	// freezeSplit is where that time went, from the crossing: the poll's reading of it, the
+	// pass's start, its assessment, the freeze's write, frozen (brakeFreeze.split).
+	freezeSplit     []time.Duration
+	releasedLatency time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp
+	evicted         int           // pods evicted in the episode, all actors
+	bystanders      bystanderEvictions
+	oomKills        int64
+	peakWorkingSet  int64
+	achievedMiBps   float64
+	throttled       cluster.CPUThrottling // evictiond's CFS throttling during the episode
+	runQueueWait    time.Duration         // evictiond's threads' time runnable but not running in the episode; -1 unknown
 }
 
 func TestBenchRamp(t *testing.T) {
@@ -223,9 +226,9 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 		for run := range rampRuns {
 			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n), evictiondUID)
 			n++
-			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s (%s), released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
-				fmtLatency(r.frozenLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
+				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
 				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond), fmtWait(r.runQueueWait))
 			results = append(results, r)
 		}
@@ -329,8 +332,9 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		res.evictiondLatency = at.Sub(s.crossing)
 	}
 	if setup.evictiondMode != "" && !s.crossing.IsZero() {
-		if at, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
-			res.frozenLatency = at.Sub(s.crossing)
+		if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+			res.frozenLatency = f.frozenAt.Sub(s.crossing)
+			res.freezeSplit = f.split(s.crossing)
 		}
 	}
 	if !s.released.IsZero() {
@@ -499,25 +503,87 @@ func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Tim
 	return time.Time{}, false
 }
 
+// brakeFreeze is what evictiond's "brake: pod frozen" log line says of one freeze: when the
+// fast poll read the crossing, when the pass started, when it assessed (evictiond's own
+// crossing), when the freeze was written and when the kernel reported the pod frozen.
+type brakeFreeze struct {
+	pollCrossing, passStart, assessed, freezeStart, frozenAt time.Time
+}
+
 // brakeFrozenTime finds evictiond's "brake: pod frozen" log line for the hog of namespace
-// after since, and returns its frozenAt.
-func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (time.Time, bool) {
+// after since, and returns its times (frozenAt always; the others when logged).
+func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (brakeFreeze, bool) {
 	for _, line := range evictiondLogLines(t, c, "brake: pod frozen", since) {
 		if !strings.Contains(line, namespace+"/hog") {
 			continue
 		}
 		// evictiond logs JSON: ..."frozenAt":"2026-11-23T11:50:00.123456789Z"...
-		_, rest, ok := strings.Cut(line, `"frozenAt":"`)
-		if !ok {
+		var f brakeFreeze
+		var ok bool
+		if f.frozenAt, ok = logTime(line, "frozenAt"); !ok {
 			continue
 		}
-		v, _, _ := strings.Cut(rest, `"`)
-		at, err := time.Parse(time.RFC3339Nano, v)
-		if err == nil {
-			return at, true
+		f.pollCrossing, _ = logTime(line, "pollCrossing")
+		f.passStart, _ = logTime(line, "passStart")
+		f.assessed, _ = logTime(line, "crossing")
+		if _, rest, ok := strings.Cut(line, `"freezeTook":`); ok {
+			v, _, _ := strings.Cut(rest, ",")
+			if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+				f.freezeStart = f.frozenAt.Add(-time.Duration(ns))
+			}
 		}
+		return f, true
 	}
-	return time.Time{}, false
+	return brakeFreeze{}, false
+}
+
+// logTime reads the RFC 3339 time of a JSON log line's string field.
+func logTime(line, field string) (time.Time, bool) {
+	_, rest, ok := strings.Cut(line, `"`+field+`":"`)
+	if !ok {
+		return time.Time{}, false
+	}
+	v, _, _ := strings.Cut(rest, `"`)
+	at, err := time.Parse(time.RFC3339Nano, v)
+	return at, err == nil
+}
+
+// split is the freeze's times as offsets from the bench's crossing, in freezeSplitNames' order
+// (notActed where it was not logged).
+func (f brakeFreeze) split(crossing time.Time) []time.Duration {
+	return []time.Duration{offset(f.pollCrossing, crossing), offset(f.passStart, crossing), offset(f.assessed, crossing),
+		offset(f.freezeStart, crossing), offset(f.frozenAt, crossing)}
+}
+
+var freezeSplitNames = []string{"poll", "pass", "assessed", "freeze", "frozen"}
+
+func offset(at, from time.Time) time.Duration {
+	if at.IsZero() {
+		return notActed
+	}
+	return at.Sub(from)
+}
+
+// formatFreezeSplit is the median of each of the freeze's times over the runs that logged it.
+func formatFreezeSplit(splits [][]time.Duration) string {
+	var parts []string
+	for i, name := range freezeSplitNames {
+		var ds []time.Duration
+		for _, s := range splits {
+			if len(s) > i && s[i] != notActed {
+				ds = append(ds, s[i])
+			}
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
+		parts = append(parts, fmt.Sprintf("%s %s", name, ds[len(ds)/2].Round(100*time.Microsecond)))
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fmtLatency(d time.Duration) string {
@@ -531,8 +597,8 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → frozen, split (medians from the crossing) | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
@@ -548,6 +614,7 @@ func formatRampReport(results []rampResult) string {
 		var achieved []float64
 		var killed, throttled, waited []string
 		var bystanders []bystanderEvictions
+		var splits [][]time.Duration
 		var ooms int64
 		var peak int64
 		for _, r := range rs {
@@ -556,6 +623,7 @@ func formatRampReport(results []rampResult) string {
 			throttled = append(throttled, fmt.Sprintf("%d (%s)", r.throttled.Throttled, r.throttled.ThrottledTime.Round(time.Millisecond)))
 			waited = append(waited, fmtWait(r.runQueueWait))
 			bystanders = append(bystanders, r.bystanders)
+			splits = append(splits, r.freezeSplit)
 			ooms += r.oomKills
 			peak = max(peak, r.peakWorkingSet)
 		}
@@ -563,11 +631,12 @@ func formatRampReport(results []rampResult) string {
 		lat := func(f func(rampResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
+			formatFreezeSplit(splits),
 			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
 			bystanderCells(bystanders), ooms, peak>>20, strings.Join(throttled, ", "), strings.Join(waited, ", "))
 	}
