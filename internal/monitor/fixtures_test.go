@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -273,9 +274,12 @@ type fakeRuntime struct {
 	fsInfo *runtimeapi.ImageFsInfoResponse
 	stats  []*runtimeapi.ContainerStats
 	err    error
+	// fsInfoCalls counts ImageFsInfo calls.
+	fsInfoCalls int
 }
 
 func (f *fakeRuntime) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+	f.fsInfoCalls++
 	return f.fsInfo, f.err
 }
 
@@ -334,6 +338,51 @@ func TestFixtureRuntimeGivesImagefsWritableLayersAndContainerNames(t *testing.T)
 	}
 	if s.Pods[podBurstable].EphemeralStorageBytes != nil {
 		t.Error("pod ephemeral total given without writable layers")
+	}
+}
+
+// A pass must not wait on the runtime: the CRI's filesystems are asked once,
+// then refreshed by the housekeeping goroutine (refreshRuntimeFs), while each
+// pass statfs's the mountpoints it was told. A failure is kept the same way,
+// and the passes fall back without asking a runtime that may hang.
+func TestRuntimeFilesystemsAreNotAskedOnEveryPass(t *testing.T) {
+	mount := "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs"
+	rt := &fakeRuntime{fsInfo: &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{{
+		FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: mount}, UsedBytes: &runtimeapi.UInt64Value{Value: 5 << 30},
+	}}}}
+	m := fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, func(c *Config) { c.Runtime = rt })
+	ctx := context.Background()
+	for range 3 {
+		s := m.ObserveNode(ctx)
+		if r := readingOf(s, policy.SignalImageFsAvailable); r.Source != SourceCRI {
+			t.Fatalf("imagefs source %q (missing: %s), want %q", r.Source, s.Missing[policy.SignalImageFsAvailable], SourceCRI)
+		}
+	}
+	if rt.fsInfoCalls != 1 {
+		t.Fatalf("ImageFsInfo called %d times in 3 passes, want once (the first pass has no answer yet)", rt.fsInfoCalls)
+	}
+
+	// The runtime fails; the housekeeping refresh sees it, the passes fall back.
+	rt.err = errors.New("connection refused")
+	m.refreshRuntimeFs(ctx)
+	for range 2 {
+		s := m.ObserveNode(ctx)
+		if r := readingOf(s, policy.SignalImageFsAvailable); r.Source != SourceStatfs {
+			t.Fatalf("imagefs source after a CRI failure %q, want the fallback %q", r.Source, SourceStatfs)
+		}
+	}
+	if rt.fsInfoCalls != 2 {
+		t.Fatalf("ImageFsInfo called %d times, want 2 (the first pass, the refresh)", rt.fsInfoCalls)
+	}
+
+	// An answer older than the housekeeping interval (the refresher not running) is asked again.
+	rt.err = nil
+	m.mu.Lock()
+	m.runtimeFs.at = time.Now().Add(-m.cfg.HousekeepingInterval - m.cfg.RuntimeTimeout - time.Second)
+	m.mu.Unlock()
+	s := m.ObserveNode(ctx)
+	if r := readingOf(s, policy.SignalImageFsAvailable); r.Source != SourceCRI || rt.fsInfoCalls != 3 {
+		t.Fatalf("stale answer: imagefs source %q after %d calls, want %q after 3", r.Source, rt.fsInfoCalls, SourceCRI)
 	}
 }
 

@@ -129,6 +129,9 @@ type Monitor struct {
 	layers     map[types.UID]map[string]writableLayer
 	containers map[string]containerName // CRI container ID -> pod and name
 	layersRead bool
+	// runtimeFs is the CRI's last answer on its filesystems (see
+	// runtimeFilesystems).
+	runtimeFs runtimeFsAnswer
 	// runtimeFailing is which CRI calls failed last time, to log transitions.
 	runtimeFailing map[string]bool
 
@@ -216,6 +219,7 @@ func (m *Monitor) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				m.refreshRuntimeFs(ctx)
 				m.refreshDisk(ctx)
 			}
 		}

@@ -167,10 +167,7 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 	containerSigs := [2]policy.Signal{policy.SignalContainerFsAvailable, policy.SignalContainerFsInodesFree}
 	var criErr error
 	if m.cfg.Runtime != nil {
-		cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
-		rfs, err := nodefs.ReadRuntimeFilesystems(cctx, m.cfg.Runtime)
-		cancel()
-		m.noteRuntime("ImageFsInfo", err)
+		rfs, err := m.runtimeFilesystems(ctx)
 		if err == nil {
 			image, err = nodefs.Statfs(nodefs.HostPath(m.cfg.HostRoot, rfs.ImageMountpoint))
 		}
@@ -208,6 +205,51 @@ func (m *Monitor) readRuntimeFs(ctx context.Context, b *snapshotBuilder) (image,
 	m.addFs(b, "imagefs", m.cfg.ImageFsDir, image, at, src, nil, imageSigs[0], imageSigs[1])
 	m.addFs(b, "containerfs", m.cfg.ImageFsDir, image, at, src, nil, containerSigs[0], containerSigs[1])
 	return image, image, true
+}
+
+// runtimeFsAnswer is one answer of the CRI's ImageFsInfo.
+type runtimeFsAnswer struct {
+	fs  nodefs.RuntimeFilesystems
+	err error
+	at  time.Time
+}
+
+// runtimeFilesystems is the CRI's word on its filesystems for a pass: where
+// they are mounted (each pass statfs's them itself, so their free bytes and
+// inodes are fresh) and the bytes the runtime counts on them, which
+// containerd itself recomputes only every 10 s. The answer is refreshed by
+// the housekeeping goroutine (Start) every stats.housekeepingInterval, so a
+// pass never waits on the runtime: a pass woken by the kernel at a memory
+// crossing went through a gRPC round trip to containerd, two wake-ups of
+// processes that compete for the CPU with the workload causing the
+// pressure, before it could decide. It is read here only when no answer is
+// that recent (the first pass; a monitor not started, as `evictiond
+// observe`). A failed answer is kept too: the pass falls back without
+// waiting on a runtime that hangs.
+func (m *Monitor) runtimeFilesystems(ctx context.Context) (nodefs.RuntimeFilesystems, error) {
+	m.mu.Lock()
+	a := m.runtimeFs
+	m.mu.Unlock()
+	if a.at.IsZero() || time.Since(a.at) > m.cfg.HousekeepingInterval+m.cfg.RuntimeTimeout {
+		a = m.refreshRuntimeFs(ctx)
+	}
+	return a.fs, a.err
+}
+
+// refreshRuntimeFs asks the CRI for its filesystems and keeps the answer.
+func (m *Monitor) refreshRuntimeFs(ctx context.Context) runtimeFsAnswer {
+	if m.cfg.Runtime == nil {
+		return runtimeFsAnswer{}
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.RuntimeTimeout)
+	rfs, err := nodefs.ReadRuntimeFilesystems(cctx, m.cfg.Runtime)
+	cancel()
+	m.noteRuntime("ImageFsInfo", err)
+	a := runtimeFsAnswer{fs: rfs, err: err, at: time.Now()}
+	m.mu.Lock()
+	m.runtimeFs = a
+	m.mu.Unlock()
+	return a
 }
 
 // cadvisorFs reads a directory's filesystem through cAdvisor, as the kubelet
