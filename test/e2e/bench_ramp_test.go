@@ -85,6 +85,8 @@ type rampResult struct {
 	// pass's start, its assessment, the freeze's write, frozen (brakeFreeze.split).
 	freezeSplit     []time.Duration
 	releasedLatency time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp
+	stoppedLatency  time.Duration // crossing -> the last new peak of kubepods' working set (growth stopped)
+	passSteps       string        // evictiond's pass steps, as its frozen log line gives them
 	evicted         int           // pods evicted in the episode, all actors
 	bystanders      bystanderEvictions
 	oomKills        int64
@@ -226,9 +228,9 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 		for run := range rampRuns {
 			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n), evictiondUID)
 			n++
-			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s (%s), released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s (%s; pass steps: %s), growth stopped %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
-				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
+				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), r.passSteps, fmtLatency(r.stoppedLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
 				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond), fmtWait(r.runQueueWait))
 			results = append(results, r)
 		}
@@ -269,7 +271,7 @@ brake: {enabled: %t}
 func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate rampRate, ns, evictiondUID string) rampResult {
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)
-	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: notActed, evictiondLatency: notActed, frozenLatency: notActed, releasedLatency: notActed}
+	res := rampResult{setup: setup.name, rate: rate, kubeletLatency: notActed, evictiondLatency: notActed, frozenLatency: notActed, releasedLatency: notActed, stoppedLatency: notActed}
 
 	bystanders := []*corev1.Pod{
 		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
@@ -335,10 +337,14 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
 			res.frozenLatency = f.frozenAt.Sub(s.crossing)
 			res.freezeSplit = f.split(s.crossing)
+			res.passSteps = f.passSteps
 		}
 	}
 	if !s.released.IsZero() {
 		res.releasedLatency = s.released.Sub(s.crossing)
+	}
+	if !s.grew.IsZero() && !s.crossing.IsZero() {
+		res.stoppedLatency = s.grew.Sub(s.crossing)
 	}
 	outcome := readHogOutcome(ctx, t, c, ns)
 	by, seen, braked := outcome.evicted, outcome.seen, outcome.braked
@@ -424,6 +430,9 @@ type samplerResult struct {
 	// released is when, after the crossing, the working set fell back below the ramp's
 	// start plus a quarter of its growth: the hog's memory released.
 	released time.Time
+	// grew is the last sample, between the crossing and the release, at which the working
+	// set rose at least 1 MiB above every earlier one: when the growth stopped.
+	grew time.Time
 }
 
 func startSampler(threshold int64) *sampler {
@@ -453,6 +462,9 @@ func startSampler(threshold int64) *sampler {
 			}
 			if r.crossing.IsZero() && m.Available() < s.thresh {
 				r.crossing, r.crossingWS = m.At, m.WorkingSet
+			}
+			if !r.crossing.IsZero() && r.released.IsZero() && m.WorkingSet >= r.peak+1<<20 {
+				r.grew = m.At
 			}
 			r.peak = max(r.peak, m.WorkingSet)
 			if !r.crossing.IsZero() && r.released.IsZero() && m.WorkingSet < r.startWS+(r.peak-r.startWS)/4 {
@@ -508,6 +520,7 @@ func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Tim
 // crossing), when the freeze was written and when the kernel reported the pod frozen.
 type brakeFreeze struct {
 	pollCrossing, passStart, assessed, freezeStart, frozenAt time.Time
+	passSteps                                                string
 }
 
 // brakeFrozenTime finds evictiond's "brake: pod frozen" log line for the hog of namespace
@@ -526,6 +539,9 @@ func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since t
 		f.pollCrossing, _ = logTime(line, "pollCrossing")
 		f.passStart, _ = logTime(line, "passStart")
 		f.assessed, _ = logTime(line, "crossing")
+		if _, rest, ok := strings.Cut(line, `"passSteps":"`); ok {
+			f.passSteps, _, _ = strings.Cut(rest, `"`)
+		}
 		if _, rest, ok := strings.Cut(line, `"freezeTook":`); ok {
 			v, _, _ := strings.Cut(rest, ",")
 			if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -597,8 +613,8 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → frozen, split (medians from the crossing) | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → frozen, split (medians from the crossing) | crossing → growth stopped | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
@@ -631,12 +647,13 @@ func formatRampReport(results []rampResult) string {
 		lat := func(f func(rampResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
 			formatFreezeSplit(splits),
+			lat(func(r rampResult) time.Duration { return r.stoppedLatency }),
 			lat(func(r rampResult) time.Duration { return r.releasedLatency }),
 			bystanderCells(bystanders), ooms, peak>>20, strings.Join(throttled, ", "), strings.Join(waited, ", "))
 	}
