@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -345,6 +347,43 @@ func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
 	}
 	if rep.Brake == nil || !strings.Contains(rep.Brake.Reason, "falls 2000Mi/s (over 12ms)") {
 		t.Errorf("brake decision %+v, want the rate over the 12 ms since the poll's reading at least sampleInterval older", rep.Brake)
+	}
+}
+
+// The frozen log line says where the time from the crossing went: the fast
+// poll's reading that first saw the threshold met (the one that woke the
+// loop), when the pass started and each of its steps.
+func TestBrake_FrozenLogLineSplitsTheTimeFromTheCrossing(t *testing.T) {
+	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	hs := &historyStats{fastStats: &fastStats{fakeStats: stats}}
+	a.stats = hs
+	logs := &bytes.Buffer{}
+	a.log = slog.New(slog.NewJSONHandler(logs, nil))
+	a.sleep = func(time.Duration) {}
+	clock.now = clock.now.Add(time.Second)
+	stats.obs = allocAt(900<<20, time.Time{})
+	a.Pass(context.Background(), "test")
+	clock.now = clock.now.Add(time.Second)
+	above, below := clock.now.Add(-12*time.Millisecond), clock.now.Add(-6*time.Millisecond)
+	hs.poll = []policy.Observations{allocAt(510<<20, above), allocAt(498<<20, below)}
+	stats.obs = allocAt(480<<20, time.Time{})
+	a.Pass(context.Background(), "notifier")
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"brake: pod frozen"`) {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no frozen log line in:\n%s", logs)
+	}
+	for _, want := range []string{
+		`"pollCrossing":"` + below.Format(time.RFC3339Nano) + `"`, // not the reading above the threshold
+		`"passStart":"`, `"passSteps":"listed +`, `, observed +`, `, assessed +`, `, usage +`, `, selected +`,
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("frozen log line lacks %s:\n%s", want, line)
+		}
 	}
 }
 

@@ -430,8 +430,9 @@ type samplerResult struct {
 	// released is when, after the crossing, the working set fell back below the ramp's
 	// start plus a quarter of its growth: the hog's memory released.
 	released time.Time
-	// grew is the last sample, between the crossing and the release, at which the working
-	// set rose at least 1 MiB above every earlier one: when the growth stopped.
+	// grew is the last sample, from the crossing to the release, at which the working set
+	// rose at least 1 MiB above every earlier one (the crossing's own sample when none
+	// after it did): when the growth stopped, to the sampler's 2 ms.
 	grew time.Time
 }
 
@@ -462,6 +463,7 @@ func startSampler(threshold int64) *sampler {
 			}
 			if r.crossing.IsZero() && m.Available() < s.thresh {
 				r.crossing, r.crossingWS = m.At, m.WorkingSet
+				r.grew = m.At // no new peak after this sample: stopped within one sample
 			}
 			if !r.crossing.IsZero() && r.released.IsZero() && m.WorkingSet >= r.peak+1<<20 {
 				r.grew = m.At
