@@ -238,11 +238,11 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.stages.observed = time.Now()
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
 
-	a.stages.fast = a.recordFastReadings()
+	fast := a.recordFastReadings()
 	assessment := a.engine.Assess(in)
 	a.stages.assessed = time.Now()
 	if s := assessment.Starved; s != nil {
-		a.stages.notePollCrossing(s)
+		a.stages.pollCrossing = pollCrossing(fast, s)
 	}
 	rep.Observed, rep.Assessment = obs, assessment
 	a.releaseBrake(assessment)

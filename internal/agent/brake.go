@@ -236,32 +236,28 @@ func (a *Agent) recordFastReadings() []policy.Observations {
 
 // passStages are the times of a pass's steps up to the brake, logged with a
 // freeze so that the time from the crossing to the frozen pod can be split:
-// the fast poll's reading of the crossing, the wake, the node's observation
-// (with the CRI's filesystems), the assessment, the pods' usage, the ranking.
+// the fast poll's reading of the crossing, the wake, the node's observation,
+// the assessment, the pods' usage, the ranking.
 type passStages struct {
 	start, listed, observed, assessed, usage, selected time.Time
-	// fast are the fast poll's readings handed over in this pass.
-	fast []policy.Observations
-	// pollCrossing is the earliest of them with the starved signal below
-	// its threshold: the reading that woke the loop, when the poll's.
+	// pollCrossing is the reading that woke the loop, when the poll's.
 	pollCrossing time.Time
 }
 
-func (p *passStages) notePollCrossing(s *policy.ThresholdStatus) {
-	for _, obs := range p.fast {
+// pollCrossing is the earliest of the fast poll's readings with the starved
+// signal below its threshold; zero when none is.
+func pollCrossing(fast []policy.Observations, s *policy.ThresholdStatus) time.Time {
+	for _, obs := range fast {
 		if o, ok := obs[s.Threshold.Signal]; ok && o.Available < s.Quantity {
-			p.pollCrossing = o.Time
-			return
+			return o.Time
 		}
 	}
+	return time.Time{}
 }
 
 // logAttrs are the stages as log attributes: absolute times for the start
 // and the poll's crossing, the steps as offsets from the start.
 func (p *passStages) logAttrs() []any {
-	if p.start.IsZero() {
-		return nil
-	}
 	var steps []string
 	for _, st := range []struct {
 		name string

@@ -151,7 +151,7 @@ func runDiskEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, ns, evicti
 			res.evictiondLatency = at.Sub(r.crossing)
 		}
 		if setup.evictiond {
-			if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+			if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
 				res.frozenLatency = f.frozenAt.Sub(r.crossing)
 			}
 		}

@@ -176,7 +176,7 @@ func runBombEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, capacity, 
 			res.evictiondLatency = at.Sub(r.crossing)
 		}
 		if setup.evictiond {
-			if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+			if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
 				res.frozenLatency = f.frozenAt.Sub(r.crossing)
 			}
 		}

@@ -4,6 +4,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -334,7 +335,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		res.evictiondLatency = at.Sub(s.crossing)
 	}
 	if setup.evictiondMode != "" && !s.crossing.IsZero() {
-		if f, ok := brakeFrozenTime(t, c, ns, episodeStart); ok {
+		if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
 			res.frozenLatency = f.frozenAt.Sub(s.crossing)
 			res.freezeSplit = f.split(s.crossing)
 			res.passSteps = f.passSteps
@@ -525,45 +526,31 @@ type brakeFreeze struct {
 	passSteps                                                string
 }
 
-// brakeFrozenTime finds evictiond's "brake: pod frozen" log line for the hog of namespace
-// after since, and returns its times (frozenAt always; the others when logged).
-func brakeFrozenTime(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (brakeFreeze, bool) {
+// brakeFrozen finds evictiond's "brake: pod frozen" log line for the hog of namespace after
+// since, and returns its times (frozenAt always; the others when logged).
+func brakeFrozen(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (brakeFreeze, bool) {
 	for _, line := range evictiondLogLines(t, c, "brake: pod frozen", since) {
-		if !strings.Contains(line, namespace+"/hog") {
+		// A CRI log line: timestamp, stream, tag, then evictiond's JSON record.
+		i := strings.IndexByte(line, '{')
+		if i < 0 {
 			continue
 		}
-		// evictiond logs JSON: ..."frozenAt":"2026-11-23T11:50:00.123456789Z"...
-		var f brakeFreeze
-		var ok bool
-		if f.frozenAt, ok = logTime(line, "frozenAt"); !ok {
+		var rec struct {
+			Pod          string
+			FrozenAt     time.Time
+			PollCrossing time.Time
+			PassStart    time.Time
+			Crossing     time.Time
+			FreezeTook   time.Duration // slog's JSON: nanoseconds
+			PassSteps    string
+		}
+		if json.Unmarshal([]byte(line[i:]), &rec) != nil || rec.Pod != namespace+"/hog" || rec.FrozenAt.IsZero() {
 			continue
 		}
-		f.pollCrossing, _ = logTime(line, "pollCrossing")
-		f.passStart, _ = logTime(line, "passStart")
-		f.assessed, _ = logTime(line, "crossing")
-		if _, rest, ok := strings.Cut(line, `"passSteps":"`); ok {
-			f.passSteps, _, _ = strings.Cut(rest, `"`)
-		}
-		if _, rest, ok := strings.Cut(line, `"freezeTook":`); ok {
-			v, _, _ := strings.Cut(rest, ",")
-			if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
-				f.freezeStart = f.frozenAt.Add(-time.Duration(ns))
-			}
-		}
-		return f, true
+		return brakeFreeze{pollCrossing: rec.PollCrossing, passStart: rec.PassStart, assessed: rec.Crossing,
+			freezeStart: rec.FrozenAt.Add(-rec.FreezeTook), frozenAt: rec.FrozenAt, passSteps: rec.PassSteps}, true
 	}
 	return brakeFreeze{}, false
-}
-
-// logTime reads the RFC 3339 time of a JSON log line's string field.
-func logTime(line, field string) (time.Time, bool) {
-	_, rest, ok := strings.Cut(line, `"`+field+`":"`)
-	if !ok {
-		return time.Time{}, false
-	}
-	v, _, _ := strings.Cut(rest, `"`)
-	at, err := time.Parse(time.RFC3339Nano, v)
-	return at, err == nil
 }
 
 // split is the freeze's times as offsets from the bench's crossing, in freezeSplitNames' order
