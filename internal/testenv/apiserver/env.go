@@ -70,6 +70,10 @@ type Options struct {
 	// Scheduler also runs kube-scheduler (needed when pods are to be scheduled, e.g. a
 	// DaemonSet's pods onto a real kubelet's node).
 	Scheduler bool
+	// NodeControllers also runs the controllers a cluster with a real node needs: DaemonSet,
+	// Deployment and ReplicaSet (a chart's pods), node lifecycle (lifts the not-ready taint
+	// a kubelet registers its Node with) and pod GC.
+	NodeControllers bool
 	// ExtraAPIServerArgs are appended to kube-apiserver's flags (later flags win).
 	ExtraAPIServerArgs []string
 }
@@ -255,8 +259,7 @@ func Start(opts Options) (*Env, error) {
 		LogPath: filepath.Join(dir, "kube-controller-manager.log"),
 		Args: []string{
 			"--kubeconfig=" + env.KubeconfigPath,
-			"--controllers=disruption-controller,serviceaccount-controller,serviceaccount-token-controller," +
-				"root-ca-certificate-publisher-controller,garbage-collector-controller,namespace-controller",
+			"--controllers=" + controllers(opts),
 			"--root-ca-file=" + pki.caCertFile,
 			"--service-account-private-key-file=" + pki.saPrivateKey,
 			"--leader-elect=false",
@@ -536,4 +539,15 @@ func httpOK(ctx context.Context, url string) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// controllers is kube-controller-manager's --controllers: what the API tiers need, plus the
+// node's when Options.NodeControllers is set.
+func controllers(opts Options) string {
+	c := "disruption-controller,serviceaccount-controller,serviceaccount-token-controller," +
+		"root-ca-certificate-publisher-controller,garbage-collector-controller,namespace-controller"
+	if opts.NodeControllers {
+		c += ",daemonset-controller,deployment-controller,replicaset-controller,node-lifecycle-controller,pod-garbage-collector-controller"
+	}
+	return c
 }

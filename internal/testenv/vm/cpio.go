@@ -48,11 +48,16 @@ func (c *cpioWriter) pad() {
 	}
 }
 
-// entry writes one header, name and data. name is relative ("bin/sh").
+// entry writes one header, name and data, owned by root. name is relative ("bin/sh").
 func (c *cpioWriter) entry(name string, mode uint32, devMajor, devMinor uint32, data []byte) {
+	c.owned(name, mode, 0, 0, devMajor, devMinor, data)
+}
+
+// owned writes one header, name and data with an owner and group.
+func (c *cpioWriter) owned(name string, mode uint32, uid, gid int, devMajor, devMinor uint32, data []byte) {
 	c.ino++
 	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, devMajor, devMinor, len(name)+1, 0)
+		c.ino, mode, uid, gid, 1, 0, len(data), 0, 0, devMajor, devMinor, len(name)+1, 0)
 	c.write([]byte(hdr))
 	c.write(append([]byte(name), 0))
 	c.pad()

@@ -84,6 +84,10 @@ truncate -s 1G /tmp/disk.img && losetup /dev/loop0 /tmp/disk.img && mke2fs -q /d
 		if !path.IsAbs(name) {
 			return fmt.Errorf("vm: guest file %q: must be an absolute path", name)
 		}
+		if file.Link != "" {
+			c.Symlink(name, file.Link)
+			continue
+		}
 		data, mode := file.Data, file.Mode
 		if file.Source != "" {
 			if data, err = os.ReadFile(file.Source); err != nil {

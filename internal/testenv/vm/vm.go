@@ -78,6 +78,9 @@ type File struct {
 	Source string
 	Data   []byte
 	Mode   fs.FileMode // default 0755 for Source, 0644 for Data
+	// Link, when set, makes the entry a symbolic link to Link (a systemd
+	// unit's enablement, or masking it with /dev/null).
+	Link string
 }
 
 // Options configure Run.
