@@ -248,7 +248,7 @@ func (n *node) guestFiles(containerdBin, kubelet string) (map[string]vm.File, er
 	}
 	unit := func(name, body string, wantedBy string) map[string]vm.File {
 		return map[string]vm.File{
-			"/etc/systemd/system/" + name:                         {Data: []byte(body)},
+			"/etc/systemd/system/" + name:                        {Data: []byte(body)},
 			"/etc/systemd/system/" + wantedBy + ".wants/" + name: {Link: "/etc/systemd/system/" + name},
 		}
 	}
