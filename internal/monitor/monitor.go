@@ -124,8 +124,8 @@ func ParseMemoryFormula(s string) (MemoryFormula, error) {
 // Monitor reads the node. Observe is meant to be called from one goroutine
 // (the decision loop); the disk refresher started by Start runs beside it.
 type Monitor struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	log *slog.Logger
 	// current is the cgroup layout in use; it is replaced once, when a
 	// provisional layout (no kubepods yet) is settled by redetect.
 	current  atomic.Pointer[detected]
@@ -133,13 +133,13 @@ type Monitor struct {
 	// detectMu serialises redetect; detectFailing logs a failing detection once.
 	detectMu      sync.Mutex
 	detectFailing bool
-	proc     procfs.FS
-	procDir  string
-	nodeFs   string
-	imageFs  string
-	walker   diskWalker
-	metrics  *metrics
-	cadvisor *embeddedCAdvisor
+	proc          procfs.FS
+	procDir       string
+	nodeFs        string
+	imageFs       string
+	walker        diskWalker
+	metrics       *metrics
+	cadvisor      *embeddedCAdvisor
 
 	mu         sync.Mutex
 	pods       []PodRef
@@ -206,10 +206,10 @@ func New(cfg Config) (*Monitor, error) {
 		cfg:      cfg,
 		log:      log,
 		detectIn: in,
-		proc:    proc,
-		procDir: procDir,
-		nodeFs:  nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
-		imageFs: nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
+		proc:     proc,
+		procDir:  procDir,
+		nodeFs:   nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
+		imageFs:  nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
 		walker: diskWalker{
 			kubeletRootDir: nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
 			podLogsDir:     nodefs.HostPath(cfg.HostRoot, cfg.PodLogsDir),
