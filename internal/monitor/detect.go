@@ -57,13 +57,14 @@ type kubeletConfig struct {
 	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint"`
 }
 
-// readKubeletConfig reads the kubelet's configuration file (YAML or JSON). A
-// missing file is (nil, nil): detection goes on without it.
-func readKubeletConfig(path string) (*kubeletConfig, error) {
+// readKubeletConfig reads the kubelet's configuration file (YAML or JSON; path
+// is the host's, read under hostRoot). A missing file is (nil, nil):
+// detection goes on without it.
+func readKubeletConfig(hostRoot, path string) (*kubeletConfig, error) {
 	if path == "" {
 		return nil, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(nodefs.HostPath(hostRoot, path))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -331,11 +332,7 @@ func DetectRuntimeEndpoint(configured, hostRoot, kubeletConfigFile string) (Runt
 		return RuntimeEndpoint{Endpoint: configured, HostPath: strings.TrimPrefix(configured, "unix://"),
 			Runtime: runtimeName(configured), From: RuntimeFromConfiguration}, nil
 	}
-	var kc *kubeletConfig
-	var kcErr error
-	if kubeletConfigFile != "" {
-		kc, kcErr = readKubeletConfig(nodefs.HostPath(hostRoot, kubeletConfigFile))
-	}
+	kc, kcErr := readKubeletConfig(hostRoot, kubeletConfigFile)
 	if kc != nil && kc.ContainerRuntimeEndpoint != "" {
 		p := strings.TrimPrefix(kc.ContainerRuntimeEndpoint, "unix://")
 		if !strings.HasPrefix(p, "/") {
@@ -354,9 +351,13 @@ func DetectRuntimeEndpoint(configured, hostRoot, kubeletConfigFile string) (Runt
 	return RuntimeEndpoint{Endpoint: "unix://" + p, HostPath: p, Runtime: runtimeName(p), From: RuntimeFromDefault}, kcErr
 }
 
+// processRoot is where findSocket looks first: this process's own root (the
+// chart mounts the runtime's socket directory at its host path). Tests move it.
+var processRoot = "/"
+
 // findSocket looks for a host's socket where this process can reach it.
 func findSocket(hostPath, hostRoot string) (string, bool) {
-	for _, p := range []string{hostPath, nodefs.HostPath(hostRoot, hostPath)} {
+	for _, p := range []string{nodefs.HostPath(processRoot, hostPath), nodefs.HostPath(hostRoot, hostPath)} {
 		if st, err := os.Stat(p); err == nil && st.Mode()&os.ModeSocket != 0 {
 			return p, true
 		}

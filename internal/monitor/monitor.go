@@ -184,11 +184,9 @@ func New(cfg Config) (*Monitor, error) {
 	log := cfg.Logger.With("component", "monitor")
 	in := detectInput{mountDir: nodefs.HostPath(cfg.HostRoot, cfg.CgroupDir), version: cfg.CgroupVersion, driver: driver,
 		cgroupRoot: cfg.CgroupRoot, systemdRunning: systemdRunning(cfg.HostRoot)}
-	if cfg.KubeletConfigFile != "" {
-		// A hint only: unreadable, it is logged and detection goes on without it.
-		if in.kubelet, err = readKubeletConfig(nodefs.HostPath(cfg.HostRoot, cfg.KubeletConfigFile)); err != nil {
-			log.Warn("kubelet configuration not used for detection", "err", err)
-		}
+	// A hint only: unreadable, it is logged and detection goes on without it.
+	if in.kubelet, err = readKubeletConfig(cfg.HostRoot, cfg.KubeletConfigFile); err != nil {
+		log.Warn("kubelet configuration not used for detection", "err", err)
 	}
 	if cfg.Runtime != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.RuntimeTimeout)
