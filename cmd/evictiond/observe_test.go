@@ -73,7 +73,8 @@ func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
 	}{
 		{[]string{"-o", "yaml"}, `-o "yaml": must be json or table`},
 		{[]string{"--memory-formula", "rss"}, `stats.memoryFormula "rss"`},
-		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `cgroupDriver "docker"`},
+		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `--cgroup-driver "docker": must be auto, cgroupfs or systemd`},
+		{[]string{"--once", "--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "cgroupfs"}, `--cgroup-driver cgroupfs: this node's kubepods cgroup is /kubepods.slice (the systemd driver's)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runObserve(tc.args, &stdout, &stderr); code == 0 {
@@ -82,5 +83,26 @@ func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
 		if !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr.String(), tc.want)
 		}
+	}
+}
+
+// With no --cgroup-driver, every fixture layout is detected from its tree and
+// its pods are listed (issue 31: the default used to list none on systemd).
+func TestObserveDetectsTheLayoutByDefault(t *testing.T) {
+	for tree, want := range map[string]string{"v2-systemd": "v2/systemd (driver from cgroupTree) /kubepods.slice", "v2-cgroupfs": "v2/cgroupfs (driver from cgroupTree) /kubepods", "v1-cgroupfs": "v1/cgroupfs (driver from cgroupTree) /kubepods"} {
+		t.Run(tree, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := runObserve([]string{"--once", "--no-cadvisor", "--host-root", "../../internal/monitor/testdata/" + tree}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), "CGROUP "+want+"  ") {
+				t.Errorf("header lacks %q:\n%s", want, stdout.String())
+			}
+			for _, qos := range []string{"Guaranteed", "Burstable", "BestEffort"} {
+				if !strings.Contains(stdout.String(), qos) {
+					t.Errorf("no %s pod listed:\n%s", qos, stdout.String())
+				}
+			}
+		})
 	}
 }
