@@ -187,7 +187,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
 		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot, KubeletConfigFile: f.kubeletConfig, RuntimeEndpoint: f.runtime,
 		MemoryFormula: monitor.MemoryFormula(cfg.MemoryFormula), HousekeepingInterval: cfg.HousekeepingInterval,
-		SignalReadErrors: m.ObservationErr, Logger: log.With("component", "monitor")}
+		SignalReadErrors: m.ObservationErr, Logger: log} // monitor adds its component
 	rt, closeRT, err := monitor.DialCRI(cfg.Reclaim.CRIEndpoint)
 	if err != nil {
 		log.Warn("CRI unavailable for stats; imagefs read through cAdvisor, writable layers missing", "endpoint", cfg.Reclaim.CRIEndpoint, "err", err)
