@@ -51,7 +51,6 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		kubeletRoot   = fs.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs, pod volumes)")
 		podLogs       = fs.String("pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
 		imageFsDir    = fs.String("image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
-		cgroupDriver, cgroupRoot, kubeletConfig string
 		cgroupVersion = fs.Int("cgroup-version", 0, "1 or 2; 0 detects it")
 		memoryFormula = fs.String("memory-formula", "workingSet", "memory.available formula: workingSet (the kubelet's) or memAvailable")
 		housekeeping  = fs.Duration("housekeeping-interval", 10*time.Second, "cAdvisor housekeeping and pod disk usage refresh period")
@@ -61,6 +60,7 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		noCAdvisor    = fs.Bool("no-cadvisor", false, "do not start the embedded cAdvisor (imagefs fallback then reads statfs)")
 		verbose       = fs.Bool("v", false, "log at debug level")
 	)
+	var cgroupDriver, cgroupRoot, kubeletConfig string
 	addNodeFlags(fs, &cgroupDriver, &cgroupRoot, &kubeletConfig)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
