@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -228,11 +229,12 @@ func (l *apiPodLister) pods(ctx context.Context) ([]monitor.PodRef, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing pods of node %s: %w", l.node, err)
 	}
-	out := make([]monitor.PodRef, 0, len(list.Items))
-	for _, p := range list.Items {
-		out = append(out, monitor.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass)})
+	pods := make([]*v1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
 	}
-	return out, nil
+	// As the daemon does: a static pod's cgroup goes by its mirror annotation's UID.
+	return monitor.PodRefsFromPods(pods), nil
 }
 
 // observeOutput is observe's document.

@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -104,5 +109,21 @@ func TestObserveDetectsTheLayoutByDefault(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// observe --node lists pods from the API server; a static pod's mirror there
+// has its own UID, and its cgroup goes by the kubelet's (the mirror annotation).
+func TestObserveAPIListerReadsStaticPodsUnderTheirKubeletUID(t *testing.T) {
+	mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-n1", Namespace: "kube-system", UID: "aa11bb22-cc33-4d44-8e55-ff6677889900",
+		Annotations: map[string]string{"kubernetes.io/config.mirror": "6f1b2c3d4e5f60718293a4b5c6d7e8f9"}},
+		Spec: v1.PodSpec{NodeName: "n1"}, Status: v1.PodStatus{QOSClass: v1.PodQOSBurstable}}
+	l := &apiPodLister{client: fake.NewSimpleClientset(mirror), node: "n1"}
+	refs, err := l.pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 1 || refs[0].UID != mirror.UID || refs[0].RuntimeUID != "6f1b2c3d4e5f60718293a4b5c6d7e8f9" || refs[0].QOSClass != "Burstable" {
+		t.Errorf("refs %+v, want the mirror's UID with the kubelet's as RuntimeUID", refs)
 	}
 }
