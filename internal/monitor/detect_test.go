@@ -524,3 +524,23 @@ func TestDetectRuntimeEndpoint(t *testing.T) {
 		}
 	})
 }
+
+func TestAKubeletConfigTheTreeContradictsIsLogged(t *testing.T) {
+	n := newNode(t, CgroupV2)
+	n.kubepods(CgroupV2, CgroupDriverSystemd)
+	var logs bytes.Buffer
+	m, err := n.monitor(func(c *Config) {
+		c.KubeletConfigFile = n.kubeletConfig("cgroupDriver: cgroupfs\n")
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := m.CgroupInfo(); i.Driver != CgroupDriverSystemd || i.DriverFrom != FromCgroupTree {
+		t.Errorf("detected %+v, want systemd from the tree", i)
+	}
+	want := "cgroupDriver in /var/lib/kubelet/config.yaml says cgroupfs, but systemd (cgroupTree) is used"
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
+	}
+}
