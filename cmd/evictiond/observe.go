@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,21 +52,25 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		kubeletRoot   = fs.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs, pod volumes)")
 		podLogs       = fs.String("pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
 		imageFsDir    = fs.String("image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
-		cgroupDriver  = fs.String("cgroup-driver", "cgroupfs", "the kubelet's cgroup driver: cgroupfs or systemd")
-		cgroupRoot    = fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
 		cgroupVersion = fs.Int("cgroup-version", 0, "1 or 2; 0 detects it")
 		memoryFormula = fs.String("memory-formula", "workingSet", "memory.available formula: workingSet (the kubelet's) or memAvailable")
 		housekeeping  = fs.Duration("housekeeping-interval", 10*time.Second, "cAdvisor housekeeping and pod disk usage refresh period")
-		runtimeSocket = fs.String("runtime-endpoint", "", "CRI socket for imagefs/containerfs and writable layers, e.g. unix:///run/containerd/containerd.sock")
+		runtimeSocket = fs.String("runtime-endpoint", "", "CRI socket for imagefs/containerfs and writable layers, e.g. unix:///run/containerd/containerd.sock; empty: detected as run does, none if no socket exists")
 		kubeconfig    = fs.String("kubeconfig", "", "kubeconfig to name pods with (in-cluster config when empty and --node is set)")
 		nodeName      = fs.String("node", "", "this node's name, to list its pods from the API server")
 		noCAdvisor    = fs.Bool("no-cadvisor", false, "do not start the embedded cAdvisor (imagefs fallback then reads statfs)")
 		verbose       = fs.Bool("v", false, "log at debug level")
 	)
+	var cgroupDriver, cgroupRoot, kubeletConfig string
+	addNodeFlags(fs, &cgroupDriver, &cgroupRoot, &kubeletConfig)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if _, err := monitor.ParseCgroupDriver(cgroupDriver); err != nil {
+		fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
 		return 2
 	}
 	if *output != "json" && *output != "table" {
@@ -89,16 +94,22 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		KubeletRootDir:       *kubeletRoot,
 		PodLogsDir:           *podLogs,
 		ImageFsDir:           *imageFsDir,
-		CgroupDriver:         monitor.CgroupDriver(*cgroupDriver),
-		CgroupRoot:           *cgroupRoot,
+		CgroupDriver:         monitor.CgroupDriver(cgroupDriver),
+		CgroupRoot:           cgroupRoot,
+		KubeletConfigFile:    kubeletConfig,
 		CgroupVersion:        monitor.CgroupVersion(*cgroupVersion),
 		MemoryFormula:        formula,
 		HousekeepingInterval: *housekeeping,
 		DisableCAdvisor:      *noCAdvisor,
 		Logger:               logger,
 	}
-	if *runtimeSocket != "" {
-		rt, closeRT, err := monitor.DialCRI(*runtimeSocket)
+	rtEP, err := monitor.DetectRuntimeEndpoint(*runtimeSocket, *hostRoot, kubeletConfig)
+	if err != nil {
+		logger.Warn("runtime socket detection", "err", err)
+	}
+	if rtEP.From != monitor.RuntimeFromDefault { // a socket was configured or found
+		cfg.RuntimeEndpoint = rtEP
+		rt, closeRT, err := monitor.DialCRI(rtEP.Endpoint)
 		if err != nil {
 			fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
 			return 1
@@ -148,6 +159,9 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		}
 		snap := m.Observe(ctx, pods)
 		out := buildObserveOutput(node, snap, pods, time.Now())
+		if cfg.Runtime != nil {
+			out.Runtime = &cfg.RuntimeEndpoint
+		}
 		if err := writeObserveOutput(stdout, out, *output, *once); err != nil {
 			fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
 			return 1
@@ -215,11 +229,12 @@ func (l *apiPodLister) pods(ctx context.Context) ([]monitor.PodRef, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing pods of node %s: %w", l.node, err)
 	}
-	out := make([]monitor.PodRef, 0, len(list.Items))
-	for _, p := range list.Items {
-		out = append(out, monitor.PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass)})
+	pods := make([]*v1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
 	}
-	return out, nil
+	// As the daemon does: a static pod's cgroup goes by its mirror annotation's UID.
+	return monitor.PodRefsFromPods(pods), nil
 }
 
 // observeOutput is observe's document.
@@ -227,6 +242,7 @@ type observeOutput struct {
 	Node          string                   `json:"node,omitempty"`
 	Time          time.Time                `json:"time"`
 	Cgroups       monitor.CgroupInfo       `json:"cgroups"`
+	Runtime       *monitor.RuntimeEndpoint `json:"runtime,omitempty"`
 	MemoryFormula monitor.MemoryFormula    `json:"memoryFormula"`
 	Signals       []signalOutput           `json:"signals"`
 	Missing       map[policy.Signal]string `json:"missing,omitempty"`
@@ -327,8 +343,16 @@ func writeObserveOutput(w io.Writer, out observeOutput, format string, once bool
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NODE %s  TIME %s  CGROUP v%d/%s %s  MEMORY FORMULA %s\n\n", orDash(out.Node), out.Time.Format(time.RFC3339Nano),
-		out.Cgroups.Version, out.Cgroups.Driver, out.Cgroups.Kubepods, out.MemoryFormula)
+	kubepods := out.Cgroups.Kubepods
+	if !out.Cgroups.KubepodsFound {
+		kubepods += " (not created yet)"
+	}
+	runtime := "-"
+	if out.Runtime != nil {
+		runtime = fmt.Sprintf("%s %s (%s)", out.Runtime.Runtime, out.Runtime.Endpoint, out.Runtime.From)
+	}
+	fmt.Fprintf(tw, "NODE %s  TIME %s  CGROUP v%d/%s (driver from %s) %s  RUNTIME %s  MEMORY FORMULA %s\n\n", orDash(out.Node), out.Time.Format(time.RFC3339Nano),
+		out.Cgroups.Version, out.Cgroups.Driver, out.Cgroups.DriverFrom, kubepods, runtime, out.MemoryFormula)
 	fmt.Fprintln(tw, "SIGNAL\tAVAILABLE\tCAPACITY\tAGE\tSOURCE")
 	for _, s := range out.Signals {
 		capacity := formatValue(s.Signal, s.Capacity)

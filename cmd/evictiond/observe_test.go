@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -73,7 +78,8 @@ func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
 	}{
 		{[]string{"-o", "yaml"}, `-o "yaml": must be json or table`},
 		{[]string{"--memory-formula", "rss"}, `stats.memoryFormula "rss"`},
-		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `cgroupDriver "docker"`},
+		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `--cgroup-driver "docker": must be auto, cgroupfs or systemd`},
+		{[]string{"--once", "--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "cgroupfs"}, `--cgroup-driver cgroupfs: this node's kubepods cgroup is /kubepods.slice (the systemd driver's)`},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runObserve(tc.args, &stdout, &stderr); code == 0 {
@@ -82,5 +88,42 @@ func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
 		if !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr.String(), tc.want)
 		}
+	}
+}
+
+// With no --cgroup-driver, every fixture layout is detected from its tree and
+// its pods are listed (issue 31: the default used to list none on systemd).
+func TestObserveDetectsTheLayoutByDefault(t *testing.T) {
+	for tree, want := range map[string]string{"v2-systemd": "v2/systemd (driver from cgroupTree) /kubepods.slice", "v2-cgroupfs": "v2/cgroupfs (driver from cgroupTree) /kubepods", "v1-cgroupfs": "v1/cgroupfs (driver from cgroupTree) /kubepods"} {
+		t.Run(tree, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := runObserve([]string{"--once", "--no-cadvisor", "--host-root", "../../internal/monitor/testdata/" + tree}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), "CGROUP "+want+"  ") {
+				t.Errorf("header lacks %q:\n%s", want, stdout.String())
+			}
+			for _, qos := range []string{"Guaranteed", "Burstable", "BestEffort"} {
+				if !strings.Contains(stdout.String(), qos) {
+					t.Errorf("no %s pod listed:\n%s", qos, stdout.String())
+				}
+			}
+		})
+	}
+}
+
+// observe --node lists pods from the API server; a static pod's mirror there
+// has its own UID, and its cgroup goes by the kubelet's (the mirror annotation).
+func TestObserveAPIListerReadsStaticPodsUnderTheirKubeletUID(t *testing.T) {
+	mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-n1", Namespace: "kube-system", UID: "aa11bb22-cc33-4d44-8e55-ff6677889900",
+		Annotations: map[string]string{"kubernetes.io/config.mirror": "6f1b2c3d4e5f60718293a4b5c6d7e8f9"}},
+		Spec: v1.PodSpec{NodeName: "n1"}, Status: v1.PodStatus{QOSClass: v1.PodQOSBurstable}}
+	l := &apiPodLister{client: fake.NewSimpleClientset(mirror), node: "n1"}
+	refs, err := l.pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) != 1 || refs[0].UID != mirror.UID || refs[0].RuntimeUID != "6f1b2c3d4e5f60718293a4b5c6d7e8f9" || refs[0].QOSClass != "Burstable" {
+		t.Errorf("refs %+v, want the mirror's UID with the kubelet's as RuntimeUID", refs)
 	}
 }

@@ -44,8 +44,12 @@ type runFlags struct {
 	serving                                metricsserver.Flags
 	kubeletRoot, podLogs, imageFsDir       string
 	cgroupDriver, cgroupRoot               string
+	kubeletConfig                          string
 	selfUID                                string
 	dryRun, debug                          bool
+	// runtime is the CRI socket in use: reclaim.criEndpoint, or detected at
+	// start when the configuration names none (applyFlagOverrides fills it in).
+	runtime monitor.RuntimeEndpoint
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -61,8 +65,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs)")
 	fs.StringVar(&f.podLogs, "pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
 	fs.StringVar(&f.imageFsDir, "image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
-	fs.StringVar(&f.cgroupDriver, "cgroup-driver", "cgroupfs", "the kubelet's cgroup driver: cgroupfs or systemd")
-	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/", "the kubelet's --cgroup-root")
+	addNodeFlags(fs, &f.cgroupDriver, &f.cgroupRoot, &f.kubeletConfig)
 	fs.BoolVar(&f.dryRun, "dry-run", false, "decide and report (logs, Events, metrics) without evicting, reclaiming or writing node status; overrides dryRun in the config")
 	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
@@ -74,10 +77,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	if err := f.serving.Validate(); err != nil {
 		return nil, err
 	}
-	switch f.cgroupDriver {
-	case "cgroupfs", "systemd":
-	default:
-		return nil, fmt.Errorf("--cgroup-driver: value %q: must be cgroupfs or systemd", f.cgroupDriver)
+	if _, err := monitor.ParseCgroupDriver(f.cgroupDriver); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -126,6 +127,10 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		// At start there is no last good configuration to fall back on.
 		return fmt.Errorf("configuration %s:\n%w", f.config, err)
+	}
+	// The runtime socket is chosen once: reclaim.criEndpoint changes need a restart anyway.
+	if f.runtime, err = monitor.DetectRuntimeEndpoint(cfg.Reclaim.CRIEndpoint, f.hostRoot, f.kubeletConfig); err != nil {
+		log.Warn("runtime socket detection", "err", err)
 	}
 	applyFlagOverrides(cfg, f)
 	for _, w := range cfg.Warnings {
@@ -180,9 +185,9 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	cleanups = append(cleanups, func() { stopTracker(); <-trackerDone; _ = rc.Close() })
 
 	monCfg := monitor.Config{HostRoot: f.hostRoot, KubeletRootDir: f.kubeletRoot, PodLogsDir: f.podLogs, ImageFsDir: f.imageFsDir,
-		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot,
+		CgroupDriver: monitor.CgroupDriver(f.cgroupDriver), CgroupRoot: f.cgroupRoot, KubeletConfigFile: f.kubeletConfig, RuntimeEndpoint: f.runtime,
 		MemoryFormula: monitor.MemoryFormula(cfg.MemoryFormula), HousekeepingInterval: cfg.HousekeepingInterval,
-		SignalReadErrors: m.ObservationErr, Logger: log.With("component", "monitor")}
+		SignalReadErrors: m.ObservationErr, Logger: log} // monitor adds its component
 	rt, closeRT, err := monitor.DialCRI(cfg.Reclaim.CRIEndpoint)
 	if err != nil {
 		log.Warn("CRI unavailable for stats; imagefs read through cAdvisor, writable layers missing", "endpoint", cfg.Reclaim.CRIEndpoint, "err", err)
@@ -282,10 +287,14 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	return nil
 }
 
-// applyFlagOverrides: --dry-run wins over the file.
+// applyFlagOverrides: --dry-run wins over the file; an unset
+// reclaim.criEndpoint is the socket detected at start.
 func applyFlagOverrides(c *policy.Config, f *runFlags) {
 	if f.dryRun {
 		c.DryRun = true
+	}
+	if c.Reclaim.CRIEndpoint == "" {
+		c.Reclaim.CRIEndpoint = f.runtime.Endpoint
 	}
 }
 
@@ -336,4 +345,12 @@ func notifyOptions(c *policy.Config, f *runFlags, kubepods string, read notify.M
 	opts.KubepodsCgroup = kubepods
 	opts.ReadMemory, opts.Logger, opts.Metrics = read, log, nm // notify adds its component
 	return opts
+}
+
+// addNodeFlags are the flags run and observe share to find the kubelet's
+// cgroups (detection itself is monitor's: internal/monitor/detect.go).
+func addNodeFlags(fs *flag.FlagSet, cgroupDriver, cgroupRoot, kubeletConfig *string) {
+	fs.StringVar(cgroupDriver, "cgroup-driver", string(monitor.CgroupDriverAuto), "the kubelet's cgroup driver: auto (detected from the kubepods cgroup, else the runtime's RuntimeConfig, else the kubelet config; re-detected every pass until kubepods exists), cgroupfs or systemd (a value the node contradicts fails start-up)")
+	fs.StringVar(cgroupRoot, "cgroup-root", "", "the kubelet's --cgroup-root (default: the kubelet config's cgroupRoot, else /)")
+	fs.StringVar(kubeletConfig, "kubelet-config", monitor.DefaultKubeletConfigFile, "the kubelet's configuration file, a host path read under --host-root, for its cgroupDriver, cgroupRoot and containerRuntimeEndpoint; empty: none")
 }

@@ -1139,7 +1139,11 @@ func BenchmarkIdleAgent(b *testing.B) {
 	ctrd := containerd.Start(b, containerd.Options{})
 	shipped := shippedConfig(b)
 	stateDir := b.TempDir()
-	shipped = strings.Replace(shipped, "criEndpoint: unix:///run/containerd/containerd.sock", "criEndpoint: "+ctrd.Endpoint, 1)
+	// The shipped configuration names no socket (the agent detects it): the test's runtime is named.
+	shipped = strings.Replace(shipped, "\nreclaim:\n", "\nreclaim:\n  criEndpoint: "+ctrd.Endpoint+"\n", 1)
+	if !strings.Contains(shipped, ctrd.Endpoint) {
+		b.Fatal("the shipped configuration has no reclaim section to name the test's runtime in")
+	}
 	shipped = strings.Replace(shipped, "stateFile: /var/lib/evictiond/images.json", "stateFile: "+filepath.Join(stateDir, "images.json"), 1)
 	dir := b.TempDir()
 	cfgPath := filepath.Join(dir, "config.yaml")

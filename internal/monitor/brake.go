@@ -16,8 +16,8 @@ func (m *Monitor) PodCgroup(pod *v1.Pod) (brake.PodCgroup, error) {
 	if err != nil {
 		return brake.PodCgroup{}, err
 	}
-	if m.layout.version == CgroupV2 {
-		return brake.PodCgroup{Version: brake.V2, Dir: m.layout.dir("", p)}, nil
+	if m.cgl().version == CgroupV2 {
+		return brake.PodCgroup{Version: brake.V2, Dir: m.cgl().dir("", p)}, nil
 	}
-	return brake.PodCgroup{Version: brake.V1, Dir: m.layout.dir("freezer", p)}, nil
+	return brake.PodCgroup{Version: brake.V1, Dir: m.cgl().dir("freezer", p)}, nil
 }

@@ -146,15 +146,30 @@ func (l *cgroupLayout) dir(controller, cgroupPath string) string {
 	return filepath.Join(l.mountDir, controller, cgroupPath)
 }
 
+// A pod's cgroup is named "pod"+UID whatever the UID's form (the kubelet's
+// GetPodCgroupNameSuffix): a UUID from the API server, a 32-hex-digit hash for a
+// static pod (fnv128a of the manifest), or the manifest's own metadata.uid. The
+// systemd driver escapes each CgroupName part ("-" -> "_") and joins the parts
+// with "-" (ToSystemd), so a pod is a child slice "<parent unit>-pod<uid with _>.slice"
+// and its escaped UID has no "-". Only UID characters are accepted, so the tier
+// cgroups (burstable, besteffort) and anything else under kubepods are not pods.
 var (
-	cgroupfsPodDir = regexp.MustCompile(`^pod([0-9a-fA-F-]{36})$`)
-	systemdPodDir  = regexp.MustCompile(`-pod([0-9a-fA-F_]{36})\.slice$`)
+	cgroupfsPodDir = regexp.MustCompile(`^pod([0-9A-Za-z][0-9A-Za-z_-]*)$`)
+	systemdPodUnit = regexp.MustCompile(`^pod([0-9A-Za-z][0-9A-Za-z_]*)\.slice$`)
 )
 
-// podUIDFromDir recognises a pod cgroup directory name and returns its UID.
-func (l *cgroupLayout) podUIDFromDir(name string) (types.UID, bool) {
+// podUIDFromDir recognises a pod cgroup directory name under the cgroup
+// parentPath (a tier or kubepods itself) and returns its UID.
+func (l *cgroupLayout) podUIDFromDir(parentPath, name string) (types.UID, bool) {
 	if l.driver == CgroupDriverSystemd {
-		m := systemdPodDir.FindStringSubmatch(name)
+		// The parent's unit name is the child's prefix: kubepods-burstable.slice
+		// holds kubepods-burstable-pod<uid>.slice.
+		parentUnit := strings.TrimSuffix(path.Base(parentPath), ".slice")
+		rest, ok := strings.CutPrefix(name, parentUnit+"-")
+		if !ok {
+			return "", false
+		}
+		m := systemdPodUnit.FindStringSubmatch(rest)
 		if m == nil {
 			return "", false
 		}
@@ -195,7 +210,7 @@ func (l *cgroupLayout) discoverPods() ([]PodCgroup, error) {
 			if !e.IsDir() {
 				continue
 			}
-			uid, ok := l.podUIDFromDir(e.Name())
+			uid, ok := l.podUIDFromDir(tierPath, e.Name())
 			if !ok {
 				continue
 			}

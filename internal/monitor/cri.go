@@ -47,3 +47,9 @@ func (c *criStats) ListContainerStats(ctx context.Context, filter *runtimeapi.Co
 	}
 	return resp.GetStats(), nil
 }
+
+// RuntimeConfig is the runtime's cgroup driver, which the kubelet uses over
+// its own configuration (KubeletCgroupDriverFromCRI, GA in 1.34).
+func (c *criStats) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error) {
+	return c.runtime.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
+}

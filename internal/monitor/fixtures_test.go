@@ -191,7 +191,7 @@ func TestFixturePodCgroupsByDriverAndQoS(t *testing.T) {
 				}
 			}
 			// Discovery from the tree alone finds the same pods in their tiers.
-			found, err := m.layout.discoverPods()
+			found, err := m.cgl().discoverPods()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,9 +30,21 @@ type Config struct {
 	// the CRI cannot be asked. Default /var/lib/containerd.
 	ImageFsDir string
 
-	CgroupDriver  CgroupDriver  // default cgroupfs
-	CgroupRoot    string        // the kubelet's --cgroup-root, default "/"
-	CgroupVersion CgroupVersion // default: detected
+	// CgroupDriver is the kubelet's: cgroupfs, systemd, or auto (the
+	// default, "") to detect it (detect.go). An explicit driver that the node
+	// contradicts is an error in New.
+	CgroupDriver CgroupDriver
+	// CgroupRoot is the kubelet's --cgroup-root; default: the kubelet
+	// configuration's cgroupRoot, else "/".
+	CgroupRoot    string
+	CgroupVersion CgroupVersion // default: detected from the mount
+	// KubeletConfigFile is the kubelet's configuration file (a host path; its
+	// cgroupDriver and cgroupRoot help detection before kubepods exists).
+	// Empty: none is read. The commands default it to DefaultKubeletConfigFile.
+	KubeletConfigFile string
+	// RuntimeEndpoint is the CRI socket Runtime was dialed at and how it was
+	// chosen, for the start-up log line and evictiond_node_info.
+	RuntimeEndpoint RuntimeEndpoint
 
 	MemoryFormula MemoryFormula // default workingSet
 	// HousekeepingInterval is cAdvisor's housekeeping and the refresh period of
@@ -76,9 +89,8 @@ func (c Config) withDefaults() Config {
 	def(&c.KubeletRootDir, "/var/lib/kubelet")
 	def(&c.PodLogsDir, "/var/log/pods")
 	def(&c.ImageFsDir, "/var/lib/containerd")
-	def(&c.CgroupRoot, "/")
 	if c.CgroupDriver == "" {
-		c.CgroupDriver = CgroupDriverCgroupfs
+		c.CgroupDriver = CgroupDriverAuto
 	}
 	if c.MemoryFormula == "" {
 		c.MemoryFormula = MemoryFormulaWorkingSet
@@ -112,16 +124,22 @@ func ParseMemoryFormula(s string) (MemoryFormula, error) {
 // Monitor reads the node. Observe is meant to be called from one goroutine
 // (the decision loop); the disk refresher started by Start runs beside it.
 type Monitor struct {
-	cfg      Config
-	log      *slog.Logger
-	layout   *cgroupLayout
-	proc     procfs.FS
-	procDir  string
-	nodeFs   string
-	imageFs  string
-	walker   diskWalker
-	metrics  *metrics
-	cadvisor *embeddedCAdvisor
+	cfg Config
+	log *slog.Logger
+	// current is the cgroup layout in use; it is replaced once, when a
+	// provisional layout (no kubepods yet) is settled by redetect.
+	current  atomic.Pointer[detected]
+	detectIn detectInput
+	// detectMu serialises redetect; detectFailing logs a failing detection once.
+	detectMu      sync.Mutex
+	detectFailing bool
+	proc          procfs.FS
+	procDir       string
+	nodeFs        string
+	imageFs       string
+	walker        diskWalker
+	metrics       *metrics
+	cadvisor      *embeddedCAdvisor
 
 	mu         sync.Mutex
 	pods       []PodRef
@@ -159,18 +177,37 @@ func New(cfg Config) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening procfs at %s: %w", procDir, err)
 	}
-	layout, err := newCgroupLayout(cfg.CgroupVersion, cfg.CgroupDriver, nodefs.HostPath(cfg.HostRoot, cfg.CgroupDir), cfg.CgroupRoot)
+	driver, err := ParseCgroupDriver(string(cfg.CgroupDriver))
 	if err != nil {
 		return nil, err
 	}
-	return &Monitor{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "monitor"),
-		layout:  layout,
-		proc:    proc,
-		procDir: procDir,
-		nodeFs:  nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
-		imageFs: nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
+	log := cfg.Logger.With("component", "monitor")
+	in := detectInput{mountDir: nodefs.HostPath(cfg.HostRoot, cfg.CgroupDir), version: cfg.CgroupVersion, driver: driver,
+		cgroupRoot: cfg.CgroupRoot, systemdRunning: systemdRunning(cfg.HostRoot)}
+	// A hint only: unreadable, it is logged and detection goes on without it.
+	if in.kubelet, err = readKubeletConfig(cfg.HostRoot, cfg.KubeletConfigFile); err != nil {
+		log.Warn("kubelet configuration not used for detection", "err", err)
+	}
+	if cfg.Runtime != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.RuntimeTimeout)
+		in.criDriver, err = criCgroupDriver(ctx, cfg.Runtime)
+		cancel()
+		if err != nil {
+			log.Info("the runtime did not say its cgroup driver", "err", err)
+		}
+	}
+	det, err := detectLayout(in)
+	if err != nil {
+		return nil, err
+	}
+	m := &Monitor{
+		cfg:      cfg,
+		log:      log,
+		detectIn: in,
+		proc:     proc,
+		procDir:  procDir,
+		nodeFs:   nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
+		imageFs:  nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
 		walker: diskWalker{
 			kubeletRootDir: nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
 			podLogsDir:     nodefs.HostPath(cfg.HostRoot, cfg.PodLogsDir),
@@ -180,7 +217,62 @@ func New(cfg Config) (*Monitor, error) {
 		disk:           map[types.UID]podDisk{},
 		containers:     map[string]containerName{},
 		runtimeFailing: map[string]bool{},
-	}, nil
+	}
+	m.current.Store(&det)
+	m.metrics.setNodeInfo(det.info, cfg.RuntimeEndpoint)
+	m.logDetected(det, "node detected")
+	return m, nil
+}
+
+// cgl is the cgroup layout in use.
+func (m *Monitor) cgl() *cgroupLayout { return m.current.Load().layout }
+
+// logDetected is the one line that says what the monitor reads and why.
+func (m *Monitor) logDetected(d detected, msg string) {
+	i, rt := d.info, m.cfg.RuntimeEndpoint
+	m.log.Info(msg, "cgroupVersion", int(i.Version), "cgroupVersionFrom", i.VersionFrom, "cgroupDriver", string(i.Driver),
+		"cgroupDriverFrom", i.DriverFrom, "kubepods", i.Kubepods, "kubepodsFound", i.KubepodsFound, "cgroupRoot", i.CgroupRoot,
+		"runtimeEndpoint", rt.Endpoint, "runtime", rt.Runtime, "runtimeFrom", rt.From)
+	for _, w := range d.warnings {
+		m.log.Warn("cgroup driver hint ignored", "hint", w)
+	}
+	if !i.KubepodsFound {
+		m.log.Warn("no kubepods cgroup yet (the kubelet has not created it): the layout is provisional and detected again on every pass until it exists",
+			"kubepods", i.Kubepods, "cgroupDriverFrom", i.DriverFrom, "mount", m.detectIn.mountDir)
+	}
+}
+
+// redetect settles a provisional layout once the kubelet has created
+// kubepods: called on every pass (ObserveNode, DiscoverPods), it costs two
+// stat calls while kubepods is missing and nothing once found.
+func (m *Monitor) redetect() {
+	if m.current.Load().info.KubepodsFound {
+		return
+	}
+	m.detectMu.Lock()
+	defer m.detectMu.Unlock()
+	cur := m.current.Load()
+	if cur.info.KubepodsFound {
+		return
+	}
+	next, err := detectLayout(m.detectIn)
+	if err != nil {
+		if !m.detectFailing {
+			m.log.Error("cgroup layout detection fails; keeping the provisional layout, pods under it are not found", "kubepods", cur.info.Kubepods, "err", err)
+		}
+		m.detectFailing = true
+		return
+	}
+	m.detectFailing = false
+	if !next.info.KubepodsFound {
+		return
+	}
+	if next.info.Driver != cur.info.Driver || next.info.Kubepods != cur.info.Kubepods {
+		m.log.Warn("kubepods cgroup found under another layout than the provisional one: switching", "was", cur.info.Kubepods, "wasFrom", cur.info.DriverFrom)
+	}
+	m.current.Store(&next)
+	m.metrics.setNodeInfo(next.info, m.cfg.RuntimeEndpoint)
+	m.logDetected(next, "kubepods cgroup found")
 }
 
 // Collectors are the monitor's Prometheus metrics, for the daemon to register.
@@ -188,10 +280,8 @@ func (m *Monitor) Collectors() []prometheus.Collector {
 	return m.metrics.collectors(m.cfg.SignalReadErrors == nil)
 }
 
-// CgroupInfo says which hierarchy is read.
-func (m *Monitor) CgroupInfo() CgroupInfo {
-	return CgroupInfo{Version: m.layout.version, Driver: m.layout.driver, Kubepods: m.layout.kubepods}
-}
+// CgroupInfo says which hierarchy is read and how it was detected.
+func (m *Monitor) CgroupInfo() CgroupInfo { return m.current.Load().info }
 
 // Start starts the embedded cAdvisor (unless disabled) and the refresher of
 // per-pod disk usage, until Stop or ctx ends.
@@ -199,7 +289,7 @@ func (m *Monitor) Start(ctx context.Context) error {
 	if !m.cfg.DisableCAdvisor {
 		var watch []string
 		if m.cfg.CAdvisorWatchPods {
-			watch = []string{m.layout.kubepods}
+			watch = []string{m.cgl().kubepods}
 		}
 		c, err := startCAdvisor(m.cfg.HousekeepingInterval, watch)
 		if err != nil {
@@ -306,6 +396,7 @@ func (m *Monitor) Observe(ctx context.Context, pods []PodRef) *Snapshot {
 // filesystem layout, without per-pod usage: what each pass of the loop needs
 // while no threshold is met.
 func (m *Monitor) ObserveNode(ctx context.Context) *Snapshot {
+	m.redetect()
 	s, b := newSnapshot(m)
 	m.readMemorySignals(b)
 	m.readPIDSignal(b)

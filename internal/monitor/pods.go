@@ -23,7 +23,8 @@ import (
 // DiscoverPods lists the pods that have a cgroup under kubepods, for when no
 // pod list is at hand; their names are unknown.
 func (m *Monitor) DiscoverPods() ([]PodRef, error) {
-	found, err := m.layout.discoverPods()
+	m.redetect()
+	found, err := m.cgl().discoverPods()
 	if err != nil {
 		return nil, err
 	}
@@ -42,20 +43,20 @@ func (m *Monitor) locatePod(pod PodRef) (string, error) {
 		tiers = []string{string(v1.PodQOSGuaranteed), string(v1.PodQOSBurstable), string(v1.PodQOSBestEffort)}
 	}
 	for _, qos := range tiers {
-		p, err := m.layout.podCgroupPath(pod.runtimeUID(), qos)
+		p, err := m.cgl().podCgroupPath(pod.runtimeUID(), qos)
 		if err != nil {
 			return "", err
 		}
 		if len(tiers) == 1 {
 			return p, nil // a missing cgroup shows as a failed read of it
 		}
-		if _, err := os.Stat(m.layout.dir("memory", p)); err == nil {
+		if _, err := os.Stat(m.cgl().dir("memory", p)); err == nil {
 			return p, nil
 		}
 	}
-	want, _ := m.layout.podCgroupPath(pod.runtimeUID(), pod.QOSClass)
+	want, _ := m.cgl().podCgroupPath(pod.runtimeUID(), pod.QOSClass)
 	if want == "" {
-		want = "any QoS tier under " + m.layout.kubepods
+		want = "any QoS tier under " + m.cgl().kubepods
 	}
 	return "", fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, want, fs.ErrNotExist)
 }
@@ -87,7 +88,7 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 		cg, err := m.locatePod(pod)
 		var u memcgUsage
 		if err == nil {
-			u, err = m.layout.readMemcgUsage(cg)
+			u, err = m.cgl().readMemcgUsage(cg)
 			if errors.Is(err, fs.ErrNotExist) {
 				err = fmt.Errorf("pod %s: no cgroup at %s: %w", pod.UID, cg, fs.ErrNotExist)
 			}
@@ -104,13 +105,13 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
 			ws := u.workingSet()
 			ps.MemoryWorkingSet = &ws
-			if n, err := m.layout.countProcesses(cg); err != nil {
+			if n, err := m.cgl().countProcesses(cg); err != nil {
 				errs = append(errs, err.Error())
 				m.metrics.podReadErrors.WithLabelValues("processes").Inc()
 			} else {
 				ps.Processes = &n
 			}
-			if n, err := m.layout.countTasks(cg); err == nil {
+			if n, err := m.cgl().countTasks(cg); err == nil {
 				ps.Tasks = &n
 			} // no pids controller: PID ranking falls back to processes
 			m.readContainerMemory(cg, pod.runtimeUID(), &ps)
@@ -134,7 +135,7 @@ func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *polic
 	if !known {
 		return
 	}
-	entries, err := os.ReadDir(m.layout.dir("memory", podCgroup))
+	entries, err := os.ReadDir(m.cgl().dir("memory", podCgroup))
 	if err != nil {
 		return
 	}
@@ -152,7 +153,7 @@ func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *polic
 		if !ok || cn.pod != uid {
 			continue
 		}
-		u, err := m.layout.readMemcgUsage(podCgroup + "/" + e.Name())
+		u, err := m.cgl().readMemcgUsage(podCgroup + "/" + e.Name())
 		if err != nil {
 			m.metrics.podReadErrors.WithLabelValues("containerMemory").Inc()
 			continue

@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -36,7 +37,7 @@ func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
 		b.add(policy.SignalMemoryAvailable, mi.memAvailable, mi.memTotal, time.Now(), SourceMemAvailable,
 			"MemAvailable of /proc/meminfo; capacity MemTotal")
 	default:
-		u, err := m.layout.readRootMemcgUsage()
+		u, err := m.cgl().readRootMemcgUsage()
 		if err != nil {
 			b.miss(policy.SignalMemoryAvailable, err.Error(), true)
 			return
@@ -52,23 +53,30 @@ func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
 // no such signal, and neither does evictiond.
 func (m *Monitor) readAllocatableMemory(b *snapshotBuilder) {
 	sig := policy.SignalAllocatableMemoryAvailable
-	limit, err := m.layout.readMemoryLimit(m.layout.kubepods)
+	l, info := m.cgl(), m.CgroupInfo()
+	if !info.KubepodsFound {
+		if _, err := os.Stat(l.dir("memory", l.kubepods)); err != nil {
+			b.miss(sig, kubepodsPendingReason(info), false)
+			return
+		}
+	}
+	limit, err := l.readMemoryLimit(l.kubepods)
 	if err != nil {
 		b.miss(sig, err.Error(), true)
 		return
 	}
 	if limit >= nodefs.UnlimitedMemory {
-		b.miss(sig, fmt.Sprintf("cgroup %s has no memory limit (the kubelet enforces node allocatable on pods only with enforceNodeAllocatable: [pods])", m.layout.kubepods), false)
+		b.miss(sig, fmt.Sprintf("cgroup %s has no memory limit (the kubelet enforces node allocatable on pods only with enforceNodeAllocatable: [pods])", l.kubepods), false)
 		return
 	}
-	u, err := m.layout.readMemcgUsage(m.layout.kubepods)
+	u, err := l.readMemcgUsage(l.kubepods)
 	if err != nil {
 		b.miss(sig, err.Error(), true)
 		return
 	}
 	ws := u.workingSet()
 	b.add(sig, limit-ws, limit, time.Now(), SourceCgroupWorkingSet,
-		fmt.Sprintf("%s limit %d - working set %d", m.layout.kubepods, limit, ws))
+		fmt.Sprintf("%s limit %d - working set %d", l.kubepods, limit, ws))
 }
 
 func (m *Monitor) readPSI(b *snapshotBuilder) {
@@ -81,13 +89,22 @@ func (m *Monitor) readPSI(b *snapshotBuilder) {
 	} else {
 		addPSI(b, node, nodePSISignals, at, SourceProcPSI)
 	}
-	if m.layout.version != CgroupV2 {
+	l := m.cgl()
+	if l.version != CgroupV2 {
 		for _, sig := range allocatablePSISignals {
 			b.miss(sig, "the kubepods cgroup's memory.pressure exists only on cgroup v2", false)
 		}
 		return
 	}
-	pods, err := readPSIFile(filepath.Join(m.layout.dir("memory", m.layout.kubepods), "memory.pressure"))
+	if info := m.CgroupInfo(); !info.KubepodsFound {
+		if _, err := os.Stat(l.dir("memory", l.kubepods)); err != nil {
+			for _, sig := range allocatablePSISignals {
+				b.miss(sig, kubepodsPendingReason(info), false)
+			}
+			return
+		}
+	}
+	pods, err := readPSIFile(filepath.Join(l.dir("memory", l.kubepods), "memory.pressure"))
 	at = time.Now()
 	if err != nil {
 		for _, sig := range allocatablePSISignals {
@@ -118,7 +135,7 @@ func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
 	}
 	at := time.Now()
 	desc := fmt.Sprintf("min(pid_max, threads-max) %d - tasks %d", r.maxPID, r.running)
-	left, limited, err := m.layout.readPodsPIDsLeft(m.layout.kubepods)
+	left, limited, err := m.cgl().readPodsPIDsLeft(m.cgl().kubepods)
 	if err == nil && limited {
 		desc += fmt.Sprintf("; kubepods pids.max leaves pods %d", left)
 	}
@@ -283,4 +300,10 @@ func (m *Monitor) addFs(b *snapshotBuilder, role, path string, u nodefs.Usage, a
 		return
 	}
 	b.add(inodesSig, u.InodesFree, u.Inodes, at, src, role+" "+path)
+}
+
+// kubepodsPendingReason is why the kubepods signals are missing before the
+// kubelet has created kubepods: not a failed read.
+func kubepodsPendingReason(i CgroupInfo) string {
+	return fmt.Sprintf("no kubepods cgroup yet at %s (cgroup driver %s from %s, provisional): the kubelet has not created it; detected again every pass", i.Kubepods, i.Driver, i.DriverFrom)
 }

@@ -165,9 +165,17 @@ type Snapshot struct {
 	MemoryFormula MemoryFormula            `json:"memoryFormula"`
 }
 
-// CgroupInfo describes the hierarchy the monitor reads.
+// CgroupInfo describes the hierarchy the monitor reads and how each part of
+// it was found (detect.go).
 type CgroupInfo struct {
-	Version  CgroupVersion `json:"version"`
-	Driver   CgroupDriver  `json:"driver"`
-	Kubepods string        `json:"kubepods"`
+	Version     CgroupVersion `json:"version"`
+	VersionFrom string        `json:"versionFrom"` // flag, mount
+	Driver      CgroupDriver  `json:"driver"`
+	// DriverFrom: flag, cgroupTree, cri, kubeletConfig, systemdRunning, default.
+	DriverFrom string `json:"driverFrom"`
+	Kubepods   string `json:"kubepods"`
+	// KubepodsFound is false while the layout is provisional: the kubelet
+	// has not created kubepods yet, and detection runs again every pass.
+	KubepodsFound bool   `json:"kubepodsFound"`
+	CgroupRoot    string `json:"cgroupRoot"`
 }

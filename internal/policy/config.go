@@ -137,7 +137,7 @@ type NodeStatusConfig struct {
 
 // ReclaimConfig is the compiled ReclaimSettings.
 type ReclaimConfig struct {
-	CRIEndpoint    string
+	CRIEndpoint    string // "": detected on the node
 	ContainerGC    bool
 	PodLogs        bool
 	ImageGC        bool
@@ -153,7 +153,6 @@ const (
 	DefaultPodCleanupTimeout        = 30 * time.Second
 	DefaultHousekeepingInterval     = 10 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
-	DefaultCRIEndpoint              = "unix:///run/containerd/containerd.sock"
 	DefaultImageStateFile           = "/var/lib/evictiond/images.json"
 
 	MemoryFormulaWorkingSet   = "workingSet"
@@ -684,9 +683,8 @@ func (c *compiler) reclaim(r ReclaimSettings) ReclaimConfig {
 	out := ReclaimConfig{CRIEndpoint: r.CRIEndpoint, ContainerGC: boolOr(r.ContainerGC, true), PodLogs: boolOr(r.PodLogs, true),
 		ImageGC: boolOr(r.ImageGC.Enabled, true), ImageMinAge: c.duration("reclaim.imageGC.minAge", r.ImageGC.MinAge, 2*time.Minute, 0, 0),
 		PinnedImages: r.ImageGC.PinnedImages, ImageStateFile: r.ImageGC.StateFile}
-	if out.CRIEndpoint == "" {
-		out.CRIEndpoint = DefaultCRIEndpoint
-	} else if !strings.HasPrefix(out.CRIEndpoint, "unix://") {
+	// Empty: the agent detects the node's runtime socket (monitor.DetectRuntimeEndpoint).
+	if out.CRIEndpoint != "" && !strings.HasPrefix(out.CRIEndpoint, "unix://") {
 		c.fail("reclaim.criEndpoint", "", r.CRIEndpoint, "must be a unix:// socket address")
 	}
 	if out.ImageStateFile == "" {

@@ -226,8 +226,9 @@ type TaintSettings struct {
 
 // ReclaimSettings configure node-level reclaim through the CRI.
 type ReclaimSettings struct {
-	// CRIEndpoint of the container runtime. Default
-	// unix:///run/containerd/containerd.sock.
+	// CRIEndpoint of the container runtime. Default: detected on the node
+	// (the kubelet configuration's containerRuntimeEndpoint, else the first
+	// of containerd's, CRI-O's, k3s's and cri-dockerd's sockets that exists).
 	CRIEndpoint string `json:"criEndpoint,omitempty"`
 	// ContainerGC removes dead containers and sandboxes of pods no longer on
 	// the node. Default true.
