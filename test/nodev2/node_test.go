@@ -216,6 +216,15 @@ func guestImageFiles(ctx context.Context, dir string) (map[string]vm.File, error
 		}
 		archive = filepath.Join(moduleRoot, "bin", "evictiond-image.tar")
 	}
+	// evictiond's binary as well, to run `evictiond observe` on the node itself.
+	bin := filepath.Join(dir, "evictiond")
+	build = exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/evictiond")
+	build.Dir = moduleRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building evictiond: %w: %s", err, out)
+	}
+	files["/usr/local/bin/evictiond"] = vm.File{Source: bin}
 	files[guestImages+"/evictiond.tar"] = vm.File{Source: archive, Mode: 0o644}
 	// The idle program, for images the disk scenario builds in the guest.
 	files["/usr/local/share/idle"] = vm.File{Source: filepath.Join(dir, "idle")}

@@ -93,7 +93,31 @@ func testInstallDefaults(t *testing.T, n *node) {
 	n.helmRun(t, "install", "evictiond", "charts/evictiond", "--namespace", evictiondNamespace, "--create-namespace", "--wait=false")
 	pod := n.evictiondPod(t, "", 4*time.Minute)
 	t.Logf("evictiond pod %s Ready with the chart's default values", pod.Name)
-	t.Logf("evictiond's start-up:\n%s", n.evictiondLog(t, 15))
+	// What it detected: cgroup v2, the systemd driver from the tree, containerd's socket.
+	detected := grepLines(n.evictiondLog(t, 400), `"node detected"`)
+	t.Logf("evictiond: %s", detected)
+	for _, want := range []string{`"cgroupVersion":2`, `"cgroupDriver":"systemd"`, `"kubepods":"/kubepods.slice"`, `"kubepodsFound":true`, `"runtime":"containerd"`} {
+		if !strings.Contains(detected, want) {
+			t.Errorf("evictiond's detection log line lacks %s: %q", want, detected)
+		}
+	}
+	// `evictiond observe` on the node, with no flags but the host root: the static pod (a
+	// 32-character UID, not a UUID) is listed with its memory, and the allocatable signals read.
+	mirror, err := n.client.CoreV1().Pods("default").Get(context.Background(), "static-idle-"+nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := mirror.Annotations[corev1.MirrorPodAnnotationKey]
+	if len(uid) != 32 {
+		t.Fatalf("the static pod's UID %q (annotation %s): want the kubelet's 32-character hash", uid, corev1.MirrorPodAnnotationKey)
+	}
+	observed := n.sh(t, "evictiond observe --once -o json --no-cadvisor 2>&1")
+	if !strings.Contains(observed, uid) {
+		t.Errorf("evictiond observe does not list the static pod %s:\n%s", uid, observed)
+	}
+	if !strings.Contains(observed, `"allocatableMemory.available"`) {
+		t.Errorf("evictiond observe has no allocatableMemory.available:\n%s", observed)
+	}
 }
 
 // installScenarioConfig replaces the chart's configuration with scenarioConfig (helm upgrade)
