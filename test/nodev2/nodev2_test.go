@@ -172,7 +172,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 	ns := "v2-memory"
 	createNamespace(t, n, ns)
 	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
+		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi"))),
 		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", "memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
 	}
 	for _, p := range bystanders {
@@ -271,7 +271,7 @@ func testBrake(t *testing.T, n *node) {
 	createNamespace(t, n, ns)
 	const fillerMiB = 1700
 	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
+		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi"))),
 		podOnNode(ns, "filler", workloadContainer("memhog", "memhog", []string{"-rate-mib=1000", fmt.Sprintf("-target-mib=%d", fillerMiB)}, resources("memory", fmt.Sprintf("%dMi", fillerMiB+100)), nil)),
 	}
 	for _, p := range bystanders {
