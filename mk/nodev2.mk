@@ -27,3 +27,15 @@ test-node-v2: nodev2-deps k8s-binaries etcd-package helm
 	EVICTIOND_CONTAINERD_BIN=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/containerd.sh) \
 	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_HELM=$(HELM) \
 		$(GO) test -tags nodev2 -count=1 -timeout $(NODEV2_TIMEOUT) -run '^TestNodeV2$$/$(NODEV2_RUN)' -v ./test/nodev2/
+
+# make bench-node-v2: memory ramps on the cgroup v2 node — the kubelet alone (its threshold at
+# 500Mi), evictiond, evictiond with the brake — at 100 MiB/s and the fastest the VM allows (two
+# hogs), BENCH_NODE_RUNS runs each; prints the table of docs/benchmarks.md's v2 rows.
+BENCH_NODE_RUNS ?= 2
+.PHONY: bench-node-v2
+bench-node-v2: nodev2-deps k8s-binaries etcd-package helm
+	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
+	EVICTIOND_NODE_ROOTFS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/node-v2-rootfs.sh) \
+	EVICTIOND_CONTAINERD_BIN=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/containerd.sh) \
+	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_HELM=$(HELM) BENCH_NODE_RUNS=$(BENCH_NODE_RUNS) \
+		$(GO) test -tags 'nodev2 bench_node' -count=1 -timeout 90m -run '^TestBenchNodeV2$$' -v ./test/nodev2/

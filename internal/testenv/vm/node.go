@@ -445,3 +445,53 @@ func hardlinkTargets(rootTar string) (map[string]bool, error) {
 		}
 	}
 }
+
+// MemorySample is one reading of a cgroup's memory in the guest, at the
+// guest's clock (vmprobe's /sample).
+type MemorySample struct {
+	At           int64 `json:"at"` // UnixNano, guest clock
+	Current      int64 `json:"current"`
+	Max          int64 `json:"max"` // -1: no limit
+	InactiveFile int64 `json:"inactiveFile"`
+}
+
+// WorkingSet is the kubelet's working set: usage less inactive file pages.
+func (s MemorySample) WorkingSet() int64 { return max(0, s.Current-s.InactiveFile) }
+
+// StartSampling has the guest's probe read dir's memory every interval, until
+// StopSampling.
+func (n *Node) StartSampling(ctx context.Context, dir string, interval time.Duration) error {
+	body, _ := json.Marshal(map[string]any{"dir": dir, "interval": interval.Seconds()})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.probe+"/sample", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("vm probe: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("vm probe: starting the sampler: %s: %s", resp.Status, b)
+	}
+	return nil
+}
+
+// StopSampling stops the sampler and returns its readings.
+func (n *Node) StopSampling(ctx context.Context) ([]MemorySample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, n.probe+"/sample", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("vm probe: %w", err)
+	}
+	defer resp.Body.Close()
+	var out []MemorySample
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("vm probe: decoding the samples: %w", err)
+	}
+	return out, nil
+}
