@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/testenv/vm"
 )
 
 // scenarioConfig is evictiond's configuration for the scenarios, installed over the chart's
@@ -117,6 +118,16 @@ func testInstallDefaults(t *testing.T, n *node) {
 	}
 	if !strings.Contains(observed, `"allocatableMemory.available"`) {
 		t.Errorf("evictiond observe has no allocatableMemory.available:\n%s", observed)
+	}
+	// A wrong explicit driver stops it at start-up, naming the flag and what the node has.
+	r, err := n.vm.Run(context.Background(), vm.ExecRequest{Argv: []string{"evictiond", "observe", "--once", "--no-cadvisor", "--cgroup-driver", "cgroupfs"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Exit == 0 || !strings.Contains(r.Output, "--cgroup-driver") || !strings.Contains(r.Output, "kubepods.slice") {
+		t.Errorf("evictiond observe --cgroup-driver cgroupfs on a systemd node: exit %d, want a start-up error naming the flag and kubepods.slice:\n%s", r.Exit, r.Output)
+	} else {
+		t.Logf("a wrong --cgroup-driver: exit %d: %s", r.Exit, strings.TrimSpace(r.Output))
 	}
 }
 
