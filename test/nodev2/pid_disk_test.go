@@ -87,14 +87,14 @@ func testDiskPressure(t *testing.T, n *node) {
 	n.waitPod(t, ns, "inuse", 2*time.Minute, "Ready", podReady)
 	unused := []string{"e2e.evictiond.io/unused-0:dev", "e2e.evictiond.io/unused-1:dev", "e2e.evictiond.io/unused-2:dev"}
 	for _, ref := range unused {
-		n.sh(t, "sh -c '"+strings.ReplaceAll(padImage, "'", `'\''`)+"' pad "+ref+" 96 0")
+		n.sh(t, "sh -c '"+strings.ReplaceAll(padImage, "'", `'\''`)+"' pad "+ref+" 48 0")
 		time.Sleep(3 * time.Second) // evictiond's image tracking sees each at another time
 	}
 	time.Sleep(12 * time.Second) // imageGC.minAge is 10 s
 
 	// The threshold sits 300 MiB below today's free space on the node's disk; the filler
 	// crosses it, image GC (asked for 200 MiB more by the minimum reclaim) frees the unused
-	// images (~190 MiB each: content and snapshot), and only later is the filler evicted.
+	// images (~96 MiB each: content and snapshot), and only later is the filler evicted.
 	free := diskFree(t, n)
 	threshold := fmt.Sprintf("%dMi", (free>>20)-300)
 	config := strings.Replace(scenarioConfig, "nodefs.available: 2%", "nodefs.available: "+threshold, 1)
