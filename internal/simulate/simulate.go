@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,9 +212,16 @@ func (es Errors) Error() string {
 
 // Decode parses a scenario strictly.
 func Decode(data []byte) (*Scenario, *policy.Config, error) {
+	if e := policy.SingleDocumentError(data); e != nil {
+		return nil, nil, Errors{*e}
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, Errors{Error{"(document)", policy.YAMLErrorText(err), "must be valid YAML without duplicate keys"}}
+		var errs Errors
+		for _, fe := range policy.YAMLError(data, err) {
+			errs = append(errs, fe)
+		}
+		return nil, nil, errs
 	}
 	var sc Scenario
 	strict, err := kjson.UnmarshalStrict(js, &sc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
@@ -619,7 +627,9 @@ func parseObservation(field string, s policy.Signal, in ObservationIn, now time.
 	}
 	if s.IsPSI() {
 		pct, err := strconv.ParseFloat(strings.TrimSuffix(string(in.Stall), "%"), 64)
-		if err != nil || pct < 0 || pct > 100 {
+		// NaN passes every comparison below as false: it must be refused by name,
+		// or it becomes a stall of -9.2e16 % and evicts.
+		if err != nil || math.IsNaN(pct) || pct < 0 || pct > 100 {
 			return o, Error{field + ".stall", string(in.Stall), "a pressure stall signal takes stall: a percentage from 0 to 100"}
 		}
 		o.Capacity = policy.PSIScale
