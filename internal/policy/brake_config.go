@@ -18,10 +18,10 @@ func (c *compiler) brake(raw BrakeSettings, apiDown APIUnreachableConfig) BrakeC
 		SafetyFactor:        DefaultBrakeSafetyFactor,
 	}
 	if raw.EvictionPath != "" && raw.EvictionPath != BrakeEvictionPathMeasured {
-		b.EvictionPath = c.duration("brake.evictionPath", raw.EvictionPath, 0, 10*time.Millisecond, 5*time.Minute)
 		if _, err := time.ParseDuration(raw.EvictionPath); err != nil {
-			// c.duration reported it as a duration; say the other form too.
-			c.errs[len(c.errs)-1].Rule = `must be "` + BrakeEvictionPathMeasured + `" or a duration like 1500ms`
+			c.fail("brake.evictionPath", "", raw.EvictionPath, `must be "`+BrakeEvictionPathMeasured+`" or a duration like 1500ms`)
+		} else {
+			b.EvictionPath = c.duration("brake.evictionPath", raw.EvictionPath, 0, 10*time.Millisecond, 5*time.Minute)
 		}
 	}
 	if raw.SafetyFactor != nil {

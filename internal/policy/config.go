@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,7 +40,22 @@ func (e FieldError) path() string {
 }
 
 func (e FieldError) Error() string {
-	return fmt.Sprintf("%s: %q: %s", e.path(), e.Value, e.Rule)
+	return fmt.Sprintf("%s: %q: %s", e.path(), shorten(e.Value), e.Rule)
+}
+
+// maxValueText bounds the value quoted in an error: a hostile document's
+// value can be a megabyte of nested YAML.
+const maxValueText = 200
+
+func shorten(v string) string {
+	if len(v) <= maxValueText {
+		return v
+	}
+	cut := maxValueText
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", v[:cut], len(v))
 }
 
 // FieldErrors is every problem found in one configuration.
@@ -190,16 +206,17 @@ func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldError
 	}
 	strictErrs, err := kjson.UnmarshalStrict(jsonData, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, FieldErrors{decodeError(err, jsonData)}
+		return nil, FieldErrors{decodeError(err, newJSONIndex(jsonData))}
 	}
 	var errs FieldErrors
-	for i, se := range strictErrs {
-		if i == maxReportedErrors {
-			// Locating each value re-reads the document: keep it linear.
-			errs = append(errs, FieldError{Field: "(document)", Value: fmt.Sprintf("%d more unknown or duplicate fields", len(strictErrs)-i), Rule: "not listed: fix the ones above first"})
-			break
-		}
-		errs = append(errs, strictError(se, jsonData))
+	index := newJSONIndex(jsonData)
+	for _, se := range strictErrs {
+		errs = append(errs, strictError(se, index))
+	}
+	if len(strictErrs) >= maxReportedErrors {
+		// The decoder stops collecting there.
+		errs = append(errs, FieldError{Field: "(document)", Value: fmt.Sprintf("%d unknown or duplicate fields listed", len(strictErrs)),
+			Rule: "there may be more: the list stops there; fix these first"})
 	}
 	if requireHeader || cfg.APIVersion != "" || cfg.Kind != "" {
 		if cfg.APIVersion != APIVersion {
@@ -247,12 +264,12 @@ func YAMLErrorText(err error) string {
 // strictError turns sigs.k8s.io/json's strict errors ("unknown field
 // \"a.b\"", "duplicate field \"a\"") into field errors, with the value
 // found at the field when it can be located.
-func strictError(err error, doc []byte) FieldError {
+func strictError(err error, doc *jsonIndex) FieldError {
 	msg := err.Error()
 	for _, kind := range []string{"unknown field", "duplicate field"} {
 		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
 			field := strings.Trim(rest, `"`)
-			value, found := jsonAt(doc, field)
+			value, found := doc.at(field)
 			if field == "" || strings.HasSuffix(field, ".") {
 				field += "(empty key)" // YAML allows an empty mapping key
 			}
@@ -267,15 +284,15 @@ func strictError(err error, doc []byte) FieldError {
 
 // decodeError turns a JSON type error into a field error naming the value
 // found at the field (the error itself only knows its JSON type).
-func decodeError(err error, doc []byte) FieldError {
+func decodeError(err error, doc *jsonIndex) FieldError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field, value := te.Field, te.Value
-		if raw, ok := jsonAt(doc, te.Field); ok {
+		if raw, ok := doc.at(te.Field); ok {
 			value = raw
 		}
 		if field == "" { // the document itself is not a mapping
-			field, value = "(document)", string(doc)
+			field, value = "(document)", string(doc.doc)
 		}
 		return FieldError{Field: field, Value: value, Rule: "must be of type " + typeName(te.Type.String())}
 	}
@@ -286,23 +303,37 @@ func decodeError(err error, doc []byte) FieldError {
 	return FieldError{Field: "(document)", Value: firstLine(err.Error()), Rule: "must match the " + Kind + " schema"}
 }
 
-// jsonAt returns the JSON text at a dotted field path of doc ("a.b.c"), as
-// encoding/json names fields in its errors.
-func jsonAt(doc []byte, path string) (string, bool) {
+// jsonIndex finds the JSON text at a dotted field path of a document ("a.b.c"),
+// as encoding/json names fields in its errors. Each object on the way is
+// decoded once: a hostile document can have a hundred errors, and decoding the
+// whole document for each took 400 MB for a quarter megabyte.
+type jsonIndex struct {
+	doc  []byte
+	objs map[string]map[string]json.RawMessage
+}
+
+func newJSONIndex(doc []byte) *jsonIndex {
+	return &jsonIndex{doc: doc, objs: map[string]map[string]json.RawMessage{}}
+}
+
+func (x *jsonIndex) at(path string) (string, bool) {
 	if path == "" {
 		return "", false
 	}
-	cur := json.RawMessage(doc)
+	cur, prefix := json.RawMessage(x.doc), ""
 	for _, name := range strings.Split(path, ".") {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(cur, &obj); err != nil {
-			return "", false
+		obj, ok := x.objs[prefix]
+		if !ok {
+			if err := json.Unmarshal(cur, &obj); err != nil {
+				obj = nil
+			}
+			x.objs[prefix] = obj
 		}
 		next, ok := obj[name]
 		if !ok {
 			return "", false
 		}
-		cur = next
+		cur, prefix = next, prefix+"."+name
 	}
 	return string(cur), true
 }
@@ -325,10 +356,18 @@ func typeName(t string) string {
 	return t
 }
 
-// compiler collects errors while compiling.
-type compiler struct{ errs FieldErrors }
+// compiler collects errors while compiling: the first maxReportedErrors, and
+// how many more there were.
+type compiler struct {
+	errs    FieldErrors
+	dropped int
+}
 
 func (c *compiler) fail(field, key, value, rule string) {
+	if len(c.errs) >= maxReportedErrors {
+		c.dropped++
+		return
+	}
 	c.errs = append(c.errs, FieldError{Field: field, Key: key, Value: value, Rule: rule})
 }
 
@@ -401,8 +440,7 @@ func (c *compiler) signalMap(field string, m *SignalMap, thresholds bool) map[st
 	}
 	values, errs := ParseFlagForm(m.Flag, thresholds)
 	for _, e := range errs {
-		e.Field = field
-		c.errs = append(c.errs, e)
+		c.fail(field, e.Key, e.Value, e.Rule)
 	}
 	return values
 }
@@ -424,7 +462,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	cfg.DryRun = raw.DryRun
 
 	if len(c.errs) > 0 {
-		return nil, capErrors(c.errs)
+		return nil, c.result()
 	}
 	cfg.Normalized = normalize(raw, cfg, maps.hard, maps.soft, maps.grace, maps.minReclaim)
 	return cfg, nil
@@ -857,13 +895,15 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-func signalList() string {
+func signalList() string { return signalListText }
+
+var signalListText = func() string {
 	names := make([]string, 0, len(signals))
 	for _, s := range Signals() {
 		names = append(names, string(s))
 	}
 	return strings.Join(names, ", ")
-}
+}()
 
 // MarshalYAML renders the normalized configuration as YAML.
 func (c *Config) MarshalYAML() ([]byte, error) {

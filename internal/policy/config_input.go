@@ -88,6 +88,15 @@ func isDocumentMarker(l []byte) bool {
 	return len(l) == 3 || l[3] == ' ' || l[3] == '\t'
 }
 
+// mapFields are the fields whose keys are data (signals; in a simulate
+// scenario also pod UIDs and names), named field[key] as the checks name them.
+var mapFields = map[string]bool{"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
+	"observations": true, "podStats": true, "reclaimable": true, "containers": true, "volumes": true, "volumeInodes": true}
+
+func isMapField(path string) bool {
+	return mapFields[path[strings.LastIndexAny(path, ".]")+1:]]
+}
+
 // nonFiniteErrors names every NaN or infinity in a YAML document (.nan,
 // .inf, -.Inf): JSON has no such numbers, so the conversion to JSON fails
 // without saying where. Called on that failure only.
@@ -114,9 +123,12 @@ func nonFiniteErrors(data []byte) FieldErrors {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				if path == "" {
+				switch {
+				case path == "":
 					walk(k, byKey[k])
-				} else {
+				case isMapField(path):
+					walk(path+"["+k+"]", byKey[k]) // a signal, as Compile names it
+				default:
 					walk(path+"."+k, byKey[k])
 				}
 			}
@@ -160,13 +172,11 @@ func yamlError(data []byte, err error) FieldErrors {
 	return FieldErrors{{Field: "(document)", Value: YAMLErrorText(err), Rule: "must be valid YAML: one document, no duplicate keys, no excessive aliasing"}}
 }
 
-// capErrors keeps the first maxReportedErrors problems and says how many more
-// there were: a hostile document can hold tens of thousands.
-func capErrors(errs FieldErrors) FieldErrors {
-	if len(errs) <= maxReportedErrors {
-		return errs
+// result is the errors found, and a last one saying how many more there were
+// (a hostile document can hold tens of thousands).
+func (c *compiler) result() FieldErrors {
+	if c.dropped == 0 {
+		return c.errs
 	}
-	more := len(errs) - maxReportedErrors
-	out := append(FieldErrors{}, errs[:maxReportedErrors]...)
-	return append(out, FieldError{Field: "(document)", Value: fmt.Sprintf("%d more problems", more), Rule: "not listed: fix the ones above first"})
+	return append(c.errs, FieldError{Field: "(document)", Value: fmt.Sprintf("%d more problems", c.dropped), Rule: "not listed: fix the ones above first"})
 }

@@ -235,6 +235,17 @@ func Decode(data []byte) (*Scenario, *policy.Config, error) {
 	if len(errs) > 0 {
 		return nil, nil, errs
 	}
+	for i := range sc.Pods {
+		errs = append(errs, podQuantityErrors(fmt.Sprintf("pods[%d]", i), &sc.Pods[i])...)
+	}
+	for i, st := range sc.Steps {
+		for j := range st.PodsAdded {
+			errs = append(errs, podQuantityErrors(fmt.Sprintf("steps[%d].podsAdded[%d]", i, j), &st.PodsAdded[j])...)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
 	cfgData := []byte(sc.Config)
 	if len(cfgData) == 0 {
 		cfgData = []byte("{}")
@@ -699,4 +710,45 @@ func parsePodStats(field string, in PodStatsIn, now time.Time) (policy.PodStats,
 		ps.Volumes[name] = vs
 	}
 	return ps, nil
+}
+
+// podQuantityErrors refuses a pod's quantities the engine cannot compute with:
+// exact arithmetic on "1E1000000000" builds the power in big.Int and never
+// returns (policy.FitsInt64), and a negative request is no request.
+func podQuantityErrors(field string, pod *v1.Pod) Errors {
+	var errs Errors
+	check := func(f string, q resource.Quantity) {
+		switch {
+		case !policy.FitsInt64(q):
+			errs = append(errs, Error{f, q.String(), "must be at most 8Ei"})
+		case q.Sign() < 0:
+			errs = append(errs, Error{f, q.String(), "must not be negative"})
+		}
+	}
+	checkList := func(f string, l v1.ResourceList) {
+		names := make([]string, 0, len(l))
+		for name := range l {
+			names = append(names, string(name))
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			check(f+"["+name+"]", l[v1.ResourceName(name)])
+		}
+	}
+	containers := func(f string, cs []v1.Container) {
+		for i, c := range cs {
+			cf := fmt.Sprintf("%s[%d].resources", f, i)
+			checkList(cf+".requests", c.Resources.Requests)
+			checkList(cf+".limits", c.Resources.Limits)
+		}
+	}
+	containers(field+".spec.containers", pod.Spec.Containers)
+	containers(field+".spec.initContainers", pod.Spec.InitContainers)
+	checkList(field+".spec.overhead", pod.Spec.Overhead)
+	for i, vol := range pod.Spec.Volumes {
+		if vol.EmptyDir != nil && vol.EmptyDir.SizeLimit != nil {
+			check(fmt.Sprintf("%s.spec.volumes[%d].emptyDir.sizeLimit", field, i), *vol.EmptyDir.SizeLimit)
+		}
+	}
+	return errs
 }
