@@ -795,6 +795,13 @@ func (c *compiler) reclaim(r ReclaimSettings) ReclaimConfig {
 	if out.CRIEndpoint != "" && !strings.HasPrefix(out.CRIEndpoint, "unix://") {
 		c.fail("reclaim.criEndpoint", "", r.CRIEndpoint, "must be a unix:// socket address")
 	}
+	for i, img := range r.ImageGC.PinnedImages {
+		// An image ID, a reference or a repository is matched exactly: an empty
+		// entry or a pattern would pin nothing, silently.
+		if img == "" || strings.ContainsAny(img, "*? \t\n") {
+			c.fail(fmt.Sprintf("reclaim.imageGC.pinnedImages[%d]", i), "", img, "must be an image ID, a full reference or a repository, matched exactly (no wildcards or spaces)")
+		}
+	}
 	switch p := out.ImageStateFile; {
 	case p == "":
 		out.ImageStateFile = DefaultImageStateFile
