@@ -51,6 +51,7 @@ test-unit:
 test-fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseThresholds$$' -fuzztime=$(FUZZTIME) ./internal/policy
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeConfig$$' -fuzztime=$(FUZZTIME) ./internal/policy
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeScenario$$' -fuzztime=$(FUZZTIME) ./internal/simulate
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)

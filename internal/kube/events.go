@@ -22,6 +22,9 @@ const (
 	EventReasonPressureCondition = "EvictiondPressure"
 	EventReasonPressureReleased  = "EvictiondNoPressure"
 	EventReasonStaleStateRemoved = "EvictiondStaleStateRemoved"
+	// EventReasonLocalStopJournalCorrupt: the local-stop journal could not be
+	// trusted at start and was moved aside (or could not be read).
+	EventReasonLocalStopJournalCorrupt = "LocalStopJournalCorrupt"
 )
 
 // NewEventRecorder returns a recorder whose Events name evictiond on nodeName as their

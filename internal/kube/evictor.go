@@ -24,6 +24,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/statefile"
 )
 
 // EscalationAction is the hard-pressure step after every candidate tried through the
@@ -224,13 +225,44 @@ func NewEvictor(client kubernetes.Interface, recorder record.EventRecorder, opts
 		limiter:  rate.NewLimiter(rate.Limit(opts.RateLimit.PerMinute/60), opts.RateLimit.Burst),
 	}
 	if opts.LocalStop.JournalPath != "" {
-		stops, err := loadLocalStops(opts.LocalStop.JournalPath)
-		if err != nil {
-			return nil, err
-		}
-		e.localStops = stops
+		e.localStops = e.loadJournal(opts.LocalStop.JournalPath)
 	}
 	return e, nil
+}
+
+// loadJournal reads the local-stop journal at start. A journal that cannot be
+// trusted (undecodable, truncated, oversized) is moved aside for the operator,
+// with a Warning Event on the Node and a log line, and the agent starts with
+// no stops to report: those stops happened and their pods are gone from the
+// node; only their Events are lost. A journal that cannot be read is left in
+// place and reported the same way. Either way the agent starts.
+func (e *Evictor) loadJournal(path string) []localStop {
+	log := e.opts.Logger
+	stops, temps, err := loadLocalStops(path)
+	if len(temps) > 0 {
+		log.Info("removed the temporary files of an interrupted local-stop journal write", "path", path, "removed", temps)
+	}
+	if err == nil {
+		return stops
+	}
+	if !errors.Is(err, errJournalCorrupt) {
+		log.Error("local-stop journal unreadable; starting without its stops", "path", path, "err", err)
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonLocalStopJournalCorrupt,
+			"local-stop journal %s unreadable (%v): left in place; local stops it records will not be reported", path, err)
+		return nil
+	}
+	aside, mvErr := statefile.MoveAside(path, e.opts.Clock.Now())
+	if mvErr != nil {
+		// Still start: the next save replaces the file.
+		log.Error("local-stop journal corrupt and not moved aside; starting without its stops", "path", path, "err", err, "moveErr", mvErr)
+		e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonLocalStopJournalCorrupt,
+			"local-stop journal %s corrupt (%v) and could not be moved aside (%v): local stops it records will not be reported", path, err, mvErr)
+		return nil
+	}
+	log.Warn("local-stop journal corrupt, moved aside; starting without its stops", "path", path, "movedTo", aside, "err", err)
+	e.recorder.Eventf(NodeRef(e.opts.NodeName), corev1.EventTypeWarning, EventReasonLocalStopJournalCorrupt,
+		"local-stop journal %s corrupt (%v): moved to %s; local stops it records will not be reported", path, err, aside)
+	return nil
 }
 
 // Reconfigure applies new options (a configuration reload, dry run switched on or off)

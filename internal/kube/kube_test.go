@@ -294,10 +294,5 @@ func TestLocalStopJournalSurvivesRestart(t *testing.T) {
 		t.Fatalf("journal with no stops still exists: %v", err)
 	}
 
-	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewEvictor(nil, record.NewFakeRecorder(10), opts); err == nil || !strings.Contains(err.Error(), path) {
-		t.Fatalf("corrupt journal: err = %v, want an error naming %s", err, path)
-	}
+	// A corrupt journal no longer stops the start: TestLocalStopJournalCrashPoints.
 }

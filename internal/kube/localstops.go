@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/statefile"
 )
 
 // journalEntry is one unreported local stop as kept on disk, so that a restart of
@@ -29,35 +28,58 @@ type journalEntry struct {
 	StoppedAt          time.Time         `json:"stoppedAt"`
 }
 
-// loadLocalStops reads the journal at path; a missing file holds no stops.
-func loadLocalStops(path string) ([]localStop, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+// maxJournalBytes caps the journal read at start. An entry is a few hundred
+// bytes, and the local stop makes at most one a pass while the API server is
+// down: a larger file is not one evictiond wrote.
+const maxJournalBytes = 1 << 20
+
+// errJournalCorrupt marks a journal that cannot be trusted: undecodable,
+// truncated, oversized, or with an entry that names no pod.
+var errJournalCorrupt = errors.New("local-stop journal corrupt")
+
+// loadLocalStops reads the journal at path; a missing file holds no stops. A
+// journal that cannot be trusted is an error wrapping errJournalCorrupt;
+// another error is one of reading. Temporary files a crash left beside it
+// are removed first (the rename that would have made one the journal did not
+// happen, so the journal before it is the truth).
+func loadLocalStops(path string) ([]localStop, []string, error) {
+	temps, err := statefile.RemoveTemps(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading local-stop journal: %w", err)
+		return nil, temps, err
+	}
+	data, err := statefile.Read(path, maxJournalBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, temps, nil
+	case errors.Is(err, statefile.ErrTooLarge):
+		return nil, temps, fmt.Errorf("%w: %w", errJournalCorrupt, err)
+	case err != nil:
+		return nil, temps, fmt.Errorf("reading local-stop journal: %w", err)
 	}
 	var entries []journalEntry
 	if err := json.Unmarshal(data, &entries); err != nil {
-		return nil, fmt.Errorf("local-stop journal %s: %w", path, err)
+		return nil, temps, fmt.Errorf("%w: %s: %d bytes: %w", errJournalCorrupt, path, len(data), err)
 	}
 	stops := make([]localStop, 0, len(entries))
-	for _, e := range entries {
+	for i, e := range entries {
+		if e.Namespace == "" || e.Name == "" || e.UID == "" || e.StoppedAt.IsZero() {
+			return nil, temps, fmt.Errorf("%w: %s: entry %d: namespace %q, name %q, uid %q, stoppedAt %v: must name a pod and when it was stopped",
+				errJournalCorrupt, path, i, e.Namespace, e.Name, e.UID, e.StoppedAt)
+		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name, UID: e.UID}}
 		stops = append(stops, localStop{at: e.StoppedAt, candidate: Candidate{
 			Pod: pod, Signal: e.Signal, Hard: true, GracePeriodSeconds: e.GracePeriodSeconds,
 			Message: e.Message, Annotations: e.Annotations,
 		}})
 	}
-	return stops, nil
+	return stops, temps, nil
 }
 
-// saveLocalStops replaces the journal at path atomically (write, fsync, rename); no
-// stops removes it.
+// saveLocalStops replaces the journal at path atomically (statefile.WriteAtomic);
+// no stops removes it.
 func saveLocalStops(path string, stops []localStop) error {
 	if len(stops) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := statefile.Remove(path); err != nil {
 			return fmt.Errorf("removing local-stop journal: %w", err)
 		}
 		return nil
@@ -73,23 +95,7 @@ func saveLocalStops(path string, stops []localStop) error {
 	if err != nil {
 		return fmt.Errorf("encoding local-stop journal: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".local-stops-*")
-	if err != nil {
-		return fmt.Errorf("writing local-stop journal: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing local-stop journal: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing local-stop journal: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing local-stop journal: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := statefile.WriteAtomic(path, data, 0o600); err != nil {
 		return fmt.Errorf("writing local-stop journal: %w", err)
 	}
 	return nil

@@ -15,21 +15,22 @@ func (c *compiler) brake(raw BrakeSettings, apiDown APIUnreachableConfig) BrakeC
 		InitialEvictionPath: c.duration("brake.initialEvictionPath", raw.InitialEvictionPath, DefaultBrakeInitialEvictionPath, 10*time.Millisecond, 5*time.Minute),
 		MaxFreeze:           c.duration("brake.maxFreeze", raw.MaxFreeze, DefaultBrakeMaxFreeze, 100*time.Millisecond, 10*time.Minute),
 		SampleInterval:      c.duration("brake.sampleInterval", raw.SampleInterval, DefaultBrakeSampleInterval, time.Millisecond, 500*time.Millisecond),
-		SafetyFactor:        raw.SafetyFactor,
+		SafetyFactor:        DefaultBrakeSafetyFactor,
 	}
 	if raw.EvictionPath != "" && raw.EvictionPath != BrakeEvictionPathMeasured {
-		b.EvictionPath = c.duration("brake.evictionPath", raw.EvictionPath, 0, 10*time.Millisecond, 5*time.Minute)
 		if _, err := time.ParseDuration(raw.EvictionPath); err != nil {
-			// c.duration reported it as a duration; say the other form too.
-			c.errs[len(c.errs)-1].Rule = `must be "` + BrakeEvictionPathMeasured + `" or a duration like 1500ms`
+			c.fail("brake.evictionPath", "", raw.EvictionPath, `must be "`+BrakeEvictionPathMeasured+`" or a duration like 1500ms`)
+		} else {
+			b.EvictionPath = c.duration("brake.evictionPath", raw.EvictionPath, 0, 10*time.Millisecond, 5*time.Minute)
 		}
 	}
-	switch sf := raw.SafetyFactor; {
-	case sf == 0:
-		b.SafetyFactor = DefaultBrakeSafetyFactor
-	case math.IsNaN(sf) || sf < 1 || sf > 10:
-		c.fail("brake.safetyFactor", "", fmt.Sprint(sf), "must be between 1 and 10")
-		b.SafetyFactor = DefaultBrakeSafetyFactor
+	if raw.SafetyFactor != nil {
+		// Unset is the default; an explicit 0 is out of range like any other value.
+		if sf := *raw.SafetyFactor; math.IsNaN(sf) || sf < 1 || sf > 10 {
+			c.fail("brake.safetyFactor", "", fmt.Sprint(sf), "must be between 1 and 10 (unset: 1.5)")
+		} else {
+			b.SafetyFactor = sf
+		}
 	}
 	if b.Enabled && apiDown.CRIStop && b.MaxFreeze <= apiDown.After {
 		c.fail("brake.maxFreeze", "", b.MaxFreeze.String(),
@@ -45,5 +46,5 @@ func normalizeBrake(b BrakeConfig) BrakeSettings {
 		path = b.EvictionPath.String()
 	}
 	return BrakeSettings{Enabled: ptr(b.Enabled), EvictionPath: path, InitialEvictionPath: b.InitialEvictionPath.String(),
-		SafetyFactor: b.SafetyFactor, MaxFreeze: b.MaxFreeze.String(), SampleInterval: b.SampleInterval.String()}
+		SafetyFactor: ptr(b.SafetyFactor), MaxFreeze: b.MaxFreeze.String(), SampleInterval: b.SampleInterval.String()}
 }

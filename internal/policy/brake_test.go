@@ -314,8 +314,8 @@ func TestCompile_BrakeSection(t *testing.T) {
 	cases := []struct{ body, want string }{
 		{"brake: {evictionPath: soon}\n", `brake.evictionPath: "soon": must be "measured" or a duration like 1500ms`},
 		{"brake: {evictionPath: 1ms}\n", `brake.evictionPath: "1ms": must be at least 10ms`},
-		{"brake: {safetyFactor: 0.5}\n", `brake.safetyFactor: "0.5": must be between 1 and 10`},
-		{"brake: {safetyFactor: 11}\n", `brake.safetyFactor: "11": must be between 1 and 10`},
+		{"brake: {safetyFactor: 0.5}\n", `brake.safetyFactor: "0.5": must be between 1 and 10 (unset: 1.5)`},
+		{"brake: {safetyFactor: 11}\n", `brake.safetyFactor: "11": must be between 1 and 10 (unset: 1.5)`},
 		{"brake: {maxFreeze: 10ms}\n", `brake.maxFreeze: "10ms": must be at least 100ms`},
 		{"brake: {sampleInterval: 1s}\n", `brake.sampleInterval: "1s": must be at most 500ms`},
 		{"brake: {maxFreeze: 5s}\neviction: {apiUnreachable: {criStop: true, after: 10s}}\n",

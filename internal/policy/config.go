@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -36,7 +40,22 @@ func (e FieldError) path() string {
 }
 
 func (e FieldError) Error() string {
-	return fmt.Sprintf("%s: %q: %s", e.path(), e.Value, e.Rule)
+	return fmt.Sprintf("%s: %q: %s", e.path(), shorten(e.Value), e.Rule)
+}
+
+// maxValueText bounds the value quoted in an error: a hostile document's
+// value can be a megabyte of nested YAML.
+const maxValueText = 200
+
+func shorten(v string) string {
+	if len(v) <= maxValueText {
+		return v
+	}
+	cut := maxValueText
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", v[:cut], len(v))
 }
 
 // FieldErrors is every problem found in one configuration.
@@ -146,6 +165,16 @@ type ReclaimConfig struct {
 	ImageStateFile string
 }
 
+// Upper bounds of durations the kubelet leaves unbounded: beyond them a setting
+// no longer does what it says (a soft threshold that must hold for 292 years is
+// never acted on; a minimum pod age of a year excludes every pod).
+const (
+	maxSoftGracePeriod  = 24 * time.Hour
+	maxTransitionPeriod = 24 * time.Hour
+	maxMinPodAge        = 24 * time.Hour
+	maxImageMinAge      = 365 * 24 * time.Hour
+)
+
 // Defaults not expressed by the kubelet.
 const (
 	DefaultPressureTransitionPeriod = 5 * time.Minute
@@ -164,9 +193,12 @@ const (
 // requireHeader demands apiVersion and kind (a config file); a simulate
 // scenario's embedded config may omit them.
 func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldErrors) {
+	if errs := checkDocument(data); errs != nil {
+		return nil, errs
+	}
 	jsonData, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, FieldErrors{{Field: "(document)", Value: YAMLErrorText(err), Rule: "must be valid YAML without duplicate keys"}}
+		return nil, yamlError(data, err)
 	}
 	var cfg EvictionConfiguration
 	if string(jsonData) == "null" {
@@ -174,11 +206,17 @@ func Decode(data []byte, requireHeader bool) (*EvictionConfiguration, FieldError
 	}
 	strictErrs, err := kjson.UnmarshalStrict(jsonData, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, FieldErrors{decodeError(err, jsonData)}
+		return nil, FieldErrors{decodeError(err, newJSONIndex(jsonData))}
 	}
 	var errs FieldErrors
+	index := newJSONIndex(jsonData)
 	for _, se := range strictErrs {
-		errs = append(errs, strictError(se, jsonData))
+		errs = append(errs, strictError(se, index))
+	}
+	if len(strictErrs) >= maxReportedErrors {
+		// The decoder stops collecting there.
+		errs = append(errs, FieldError{Field: "(document)", Value: fmt.Sprintf("%d unknown or duplicate fields listed", len(strictErrs)),
+			Rule: "there may be more: the list stops there; fix these first"})
 	}
 	if requireHeader || cfg.APIVersion != "" || cfg.Kind != "" {
 		if cfg.APIVersion != APIVersion {
@@ -226,12 +264,12 @@ func YAMLErrorText(err error) string {
 // strictError turns sigs.k8s.io/json's strict errors ("unknown field
 // \"a.b\"", "duplicate field \"a\"") into field errors, with the value
 // found at the field when it can be located.
-func strictError(err error, doc []byte) FieldError {
+func strictError(err error, doc *jsonIndex) FieldError {
 	msg := err.Error()
 	for _, kind := range []string{"unknown field", "duplicate field"} {
 		if rest, ok := strings.CutPrefix(msg, kind+" "); ok {
 			field := strings.Trim(rest, `"`)
-			value, found := jsonAt(doc, field)
+			value, found := doc.at(field)
 			if field == "" || strings.HasSuffix(field, ".") {
 				field += "(empty key)" // YAML allows an empty mapping key
 			}
@@ -246,15 +284,15 @@ func strictError(err error, doc []byte) FieldError {
 
 // decodeError turns a JSON type error into a field error naming the value
 // found at the field (the error itself only knows its JSON type).
-func decodeError(err error, doc []byte) FieldError {
+func decodeError(err error, doc *jsonIndex) FieldError {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field, value := te.Field, te.Value
-		if raw, ok := jsonAt(doc, te.Field); ok {
+		if raw, ok := doc.at(te.Field); ok {
 			value = raw
 		}
 		if field == "" { // the document itself is not a mapping
-			field, value = "(document)", string(doc)
+			field, value = "(document)", string(doc.doc)
 		}
 		return FieldError{Field: field, Value: value, Rule: "must be of type " + typeName(te.Type.String())}
 	}
@@ -265,23 +303,37 @@ func decodeError(err error, doc []byte) FieldError {
 	return FieldError{Field: "(document)", Value: firstLine(err.Error()), Rule: "must match the " + Kind + " schema"}
 }
 
-// jsonAt returns the JSON text at a dotted field path of doc ("a.b.c"), as
-// encoding/json names fields in its errors.
-func jsonAt(doc []byte, path string) (string, bool) {
+// jsonIndex finds the JSON text at a dotted field path of a document ("a.b.c"),
+// as encoding/json names fields in its errors. Each object on the way is
+// decoded once: a hostile document can have a hundred errors, and decoding the
+// whole document for each took 400 MB for a quarter megabyte.
+type jsonIndex struct {
+	doc  []byte
+	objs map[string]map[string]json.RawMessage
+}
+
+func newJSONIndex(doc []byte) *jsonIndex {
+	return &jsonIndex{doc: doc, objs: map[string]map[string]json.RawMessage{}}
+}
+
+func (x *jsonIndex) at(path string) (string, bool) {
 	if path == "" {
 		return "", false
 	}
-	cur := json.RawMessage(doc)
+	cur, prefix := json.RawMessage(x.doc), ""
 	for _, name := range strings.Split(path, ".") {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(cur, &obj); err != nil {
-			return "", false
+		obj, ok := x.objs[prefix]
+		if !ok {
+			if err := json.Unmarshal(cur, &obj); err != nil {
+				obj = nil
+			}
+			x.objs[prefix] = obj
 		}
 		next, ok := obj[name]
 		if !ok {
 			return "", false
 		}
-		cur = next
+		cur, prefix = next, prefix+"."+name
 	}
 	return string(cur), true
 }
@@ -304,10 +356,18 @@ func typeName(t string) string {
 	return t
 }
 
-// compiler collects errors while compiling.
-type compiler struct{ errs FieldErrors }
+// compiler collects errors while compiling: the first maxReportedErrors, and
+// how many more there were.
+type compiler struct {
+	errs    FieldErrors
+	dropped int
+}
 
 func (c *compiler) fail(field, key, value, rule string) {
+	if len(c.errs) >= maxReportedErrors {
+		c.dropped++
+		return
+	}
 	c.errs = append(c.errs, FieldError{Field: field, Key: key, Value: value, Rule: rule})
 }
 
@@ -380,8 +440,7 @@ func (c *compiler) signalMap(field string, m *SignalMap, thresholds bool) map[st
 	}
 	values, errs := ParseFlagForm(m.Flag, thresholds)
 	for _, e := range errs {
-		e.Field = field
-		c.errs = append(c.errs, e)
+		c.fail(field, e.Key, e.Value, e.Rule)
 	}
 	return values
 }
@@ -396,14 +455,14 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	c.loopAndStats(raw, cfg)
 	cfg.Notifier = c.notifier(raw.Notifier)
 	c.eviction(raw.Eviction, cfg)
-	cfg.Exclusions = c.exclusions(raw.Exclusions)
+	cfg.Exclusions = c.exclusions(raw.Exclusions, cfg)
 	cfg.NodeStatus = c.nodeStatus(raw.NodeStatus)
 	cfg.Reclaim = c.reclaim(raw.Reclaim)
 	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
 	cfg.DryRun = raw.DryRun
 
 	if len(c.errs) > 0 {
-		return nil, c.errs
+		return nil, c.result()
 	}
 	cfg.Normalized = normalize(raw, cfg, maps.hard, maps.soft, maps.grace, maps.minReclaim)
 	return cfg, nil
@@ -456,6 +515,8 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 			c.fail("evictionSoftGracePeriod", k, grace[k], "must be a duration like 1m30s")
 		case d < 0:
 			c.fail("evictionSoftGracePeriod", k, grace[k], "invalid eviction grace period, must be a positive value")
+		case d > maxSoftGracePeriod:
+			c.fail("evictionSoftGracePeriod", k, grace[k], fmt.Sprintf("must be at most %v: a soft threshold that must hold longer is never acted on", maxSoftGracePeriod))
 		default:
 			graces[Signal(k)] = d
 		}
@@ -488,6 +549,10 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 			if v == nil {
 				continue // 0% / 100%: disabled
 			}
+			if rule := checkThresholdRange(sig, *v); rule != "" {
+				c.fail(field, k, m[k], rule)
+				continue
+			}
 			t := Threshold{Signal: sig, Value: *v, Raw: rawVal, MinReclaim: reclaims[sig]}
 			if isSoft {
 				gp, ok := graces[sig]
@@ -509,6 +574,7 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 	}
 	addThresholds("evictionHard", hard, false)
 	addThresholds("evictionSoft", soft, true)
+	c.checkSoftAboveHard(cfg.Thresholds, raw.EvictionHard.given())
 	if len(explicitContainerFs) > 0 {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s ignored: containerfs thresholds are derived from the nodefs (or, with a dedicated imagefs, imagefs) thresholds, as the kubelet does", strings.Join(explicitContainerFs, ", ")))
 	}
@@ -537,7 +603,7 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 
 // general compiles the kubelet's top-level settings besides the thresholds.
 func (c *compiler) general(raw EvictionConfiguration, cfg *Config) {
-	cfg.PressureTransitionPeriod = c.duration("evictionPressureTransitionPeriod", raw.EvictionPressureTransitionPeriod, DefaultPressureTransitionPeriod, 0, 0)
+	cfg.PressureTransitionPeriod = c.duration("evictionPressureTransitionPeriod", raw.EvictionPressureTransitionPeriod, DefaultPressureTransitionPeriod, 0, maxTransitionPeriod)
 	if cfg.PressureTransitionPeriod == 0 {
 		cfg.PressureTransitionPeriod = DefaultPressureTransitionPeriod // as the kubelet's defaulting does
 	}
@@ -589,61 +655,103 @@ func (c *compiler) notifier(n NotifierSettings) NotifierConfig {
 }
 
 // eviction compiles the eviction section: the PDB ladder, rate limits, and the
-// local stop while the API server is unreachable.
+// local stop while the API server is unreachable. Unset counts take their
+// default; an explicit 0 is an error (it used to become the default silently).
 func (c *compiler) eviction(e EvictionSettings, cfg *Config) {
-	cfg.Escalation = EscalationConfig{MaxCandidates: e.PDBEscalation.MaxCandidates, Delete: boolOr(e.PDBEscalation.Delete, true)}
-	if cfg.Escalation.MaxCandidates == 0 {
-		cfg.Escalation.MaxCandidates = 3
-	} else if cfg.Escalation.MaxCandidates < 0 {
-		c.fail("eviction.pdbEscalation.maxCandidates", "", fmt.Sprint(e.PDBEscalation.MaxCandidates), "must be at least 1")
-	}
-	cfg.Escalation.SoftMaxCandidates = e.PDBEscalation.SoftMaxCandidates
-	if cfg.Escalation.SoftMaxCandidates == 0 {
-		cfg.Escalation.SoftMaxCandidates = 5
-	} else if cfg.Escalation.SoftMaxCandidates < 0 {
-		c.fail("eviction.pdbEscalation.softMaxCandidates", "", fmt.Sprint(e.PDBEscalation.SoftMaxCandidates), "must be at least 1")
-	}
+	cfg.Escalation = EscalationConfig{
+		MaxCandidates:     c.count("eviction.pdbEscalation.maxCandidates", e.PDBEscalation.MaxCandidates, 3, maxEvictionCount),
+		SoftMaxCandidates: c.count("eviction.pdbEscalation.softMaxCandidates", e.PDBEscalation.SoftMaxCandidates, 5, maxEvictionCount),
+		Delete:            boolOr(e.PDBEscalation.Delete, true)}
 	rl := e.RateLimits
-	cfg.RateLimits = RateLimitConfig{MaxPerPass: rl.MaxPerPass, PerMinute: rl.PerMinute, Burst: rl.Burst,
-		Cooldown: c.duration("eviction.rateLimits.cooldown", rl.Cooldown, time.Second, 0, time.Hour)}
-	if rl.MaxPerPass < 0 {
-		c.fail("eviction.rateLimits.maxPerPass", "", fmt.Sprint(rl.MaxPerPass), "must be at least 1")
-	} else if rl.MaxPerPass == 0 {
-		cfg.RateLimits.MaxPerPass = 3
-	}
-	if rl.PerMinute < 0 {
-		c.fail("eviction.rateLimits.perMinute", "", fmt.Sprint(rl.PerMinute), "must be positive")
-	} else if rl.PerMinute == 0 {
-		cfg.RateLimits.PerMinute = 10
-	}
-	if rl.Burst < 0 {
-		c.fail("eviction.rateLimits.burst", "", fmt.Sprint(rl.Burst), "must be at least 1")
-	} else if rl.Burst == 0 {
-		cfg.RateLimits.Burst = 3
+	cfg.RateLimits = RateLimitConfig{
+		MaxPerPass: c.count("eviction.rateLimits.maxPerPass", rl.MaxPerPass, 3, maxEvictionCount),
+		PerMinute:  10,
+		Burst:      c.count("eviction.rateLimits.burst", rl.Burst, 3, maxEvictionCount),
+		Cooldown:   c.duration("eviction.rateLimits.cooldown", rl.Cooldown, time.Second, 0, time.Hour)}
+	if rl.PerMinute != nil {
+		switch pm := *rl.PerMinute; {
+		case math.IsNaN(pm) || math.IsInf(pm, 0) || pm <= 0:
+			c.fail("eviction.rateLimits.perMinute", "", fmt.Sprint(pm), "must be positive (unset: 10); to stop evicting, set dryRun: true")
+		case pm > maxPerMinute:
+			c.fail("eviction.rateLimits.perMinute", "", fmt.Sprint(pm), fmt.Sprintf("must be at most %d", maxPerMinute))
+		default:
+			cfg.RateLimits.PerMinute = pm
+		}
 	}
 	cfg.APIUnreachable = APIUnreachableConfig{CRIStop: e.APIUnreachable.CRIStop,
 		After: c.duration("eviction.apiUnreachable.after", e.APIUnreachable.After, 10*time.Second, time.Second, time.Hour)}
 }
 
+// Bounds of the eviction section's counts and rate: a node runs at most a few
+// hundred pods, and more evictions than that per pass or per minute is no limit.
+const (
+	maxEvictionCount = 1000
+	maxPerMinute     = 6000
+)
+
+// count compiles an optional count: unset is def; set, it must be 1..max.
+func (c *compiler) count(field string, v *int, def, max int) int {
+	switch {
+	case v == nil:
+		return def
+	case *v < 1:
+		c.fail(field, "", fmt.Sprint(*v), fmt.Sprintf("must be at least 1 (unset: %d)", def))
+		return def
+	case *v > max:
+		c.fail(field, "", fmt.Sprint(*v), fmt.Sprintf("must be at most %d", max))
+		return def
+	}
+	return *v
+}
+
 // exclusions compiles the exclusions section.
-func (c *compiler) exclusions(x ExclusionSettings) ExclusionConfig {
+func (c *compiler) exclusions(x ExclusionSettings, cfg *Config) ExclusionConfig {
 	out := ExclusionConfig{Namespaces: map[string]bool{}, DaemonSetPods: boolOr(x.DaemonSetPods, true),
-		MinPodAge: c.duration("exclusions.minPodAge", x.MinPodAge, 0, 0, 0)}
-	for _, ns := range x.Namespaces {
-		if ns == "" {
-			c.fail("exclusions.namespaces", "", ns, "must be a namespace name")
+		MinPodAge: c.duration("exclusions.minPodAge", x.MinPodAge, 0, 0, maxMinPodAge)}
+	for i, ns := range x.Namespaces {
+		field := fmt.Sprintf("exclusions.namespaces[%d]", i)
+		if len(validation.IsDNS1123Label(ns)) > 0 {
+			c.fail(field, "", ns, "must be a namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters (no wildcards, no paths)")
+			continue
+		}
+		if out.Namespaces[ns] {
+			c.fail(field, "", ns, "duplicate namespace: each may appear once")
 		}
 		out.Namespaces[ns] = true
 	}
 	if x.PodSelector != nil {
+		text := string(mustJSON(x.PodSelector))
 		sel, err := metav1.LabelSelectorAsSelector(x.PodSelector)
-		if err != nil {
-			c.fail("exclusions.podSelector", "", string(mustJSON(x.PodSelector)), "must be a valid label selector: "+err.Error())
-		} else {
+		switch {
+		case err != nil:
+			c.fail("exclusions.podSelector", "", text, "must be a valid label selector: "+err.Error())
+		case sel.Empty():
+			// An empty selector matches every pod: evictiond would evict nothing.
+			c.fail("exclusions.podSelector", "", text, "must not be empty: an empty selector matches every pod and would disable all eviction (to stop evicting, set dryRun: true; to exclude nothing, remove podSelector)")
+		default:
 			out.PodSelector = sel
+			if w := catchAllSelector(x.PodSelector); w != "" {
+				cfg.Warnings = append(cfg.Warnings, "exclusions.podSelector: "+text+": "+w)
+			}
 		}
 	}
 	return out
+}
+
+// catchAllSelector explains why a selector may match every pod of a node: one
+// made only of DoesNotExist and NotIn requirements matches every pod without
+// the label, usually all of them. That is a legitimate opt-in ("evict only pods
+// labelled evictable"), so it is a warning, not an error.
+func catchAllSelector(s *metav1.LabelSelector) string {
+	if len(s.MatchLabels) > 0 {
+		return ""
+	}
+	for _, r := range s.MatchExpressions {
+		if r.Operator != metav1.LabelSelectorOpDoesNotExist && r.Operator != metav1.LabelSelectorOpNotIn {
+			return ""
+		}
+	}
+	return "matches every pod without the label(s) it names, usually every pod on the node: only pods carrying them can be evicted"
 }
 
 // nodeStatus compiles the nodeStatus section.
@@ -681,16 +789,29 @@ func (c *compiler) nodeStatus(ns NodeStatusSettings) NodeStatusConfig {
 // reclaim compiles the reclaim section (node-level reclaim through the CRI).
 func (c *compiler) reclaim(r ReclaimSettings) ReclaimConfig {
 	out := ReclaimConfig{CRIEndpoint: r.CRIEndpoint, ContainerGC: boolOr(r.ContainerGC, true), PodLogs: boolOr(r.PodLogs, true),
-		ImageGC: boolOr(r.ImageGC.Enabled, true), ImageMinAge: c.duration("reclaim.imageGC.minAge", r.ImageGC.MinAge, 2*time.Minute, 0, 0),
+		ImageGC: boolOr(r.ImageGC.Enabled, true), ImageMinAge: c.duration("reclaim.imageGC.minAge", r.ImageGC.MinAge, 2*time.Minute, 0, maxImageMinAge),
 		PinnedImages: r.ImageGC.PinnedImages, ImageStateFile: r.ImageGC.StateFile}
 	// Empty: the agent detects the node's runtime socket (monitor.DetectRuntimeEndpoint).
 	if out.CRIEndpoint != "" && !strings.HasPrefix(out.CRIEndpoint, "unix://") {
 		c.fail("reclaim.criEndpoint", "", r.CRIEndpoint, "must be a unix:// socket address")
 	}
-	if out.ImageStateFile == "" {
+	for i, img := range r.ImageGC.PinnedImages {
+		// An image ID, a reference or a repository is matched exactly: an empty
+		// entry or a pattern would pin nothing, silently.
+		if img == "" || strings.ContainsAny(img, "*? \t\n") {
+			c.fail(fmt.Sprintf("reclaim.imageGC.pinnedImages[%d]", i), "", img, "must be an image ID, a full reference or a repository, matched exactly (no wildcards or spaces)")
+		}
+	}
+	switch p := out.ImageStateFile; {
+	case p == "":
 		out.ImageStateFile = DefaultImageStateFile
-	} else if !strings.HasPrefix(out.ImageStateFile, "/") {
-		c.fail("reclaim.imageGC.stateFile", "", r.ImageGC.StateFile, "must be an absolute path")
+	case !strings.HasPrefix(p, "/"):
+		c.fail("reclaim.imageGC.stateFile", "", p, "must be an absolute path")
+	case filepath.Clean(p) != p || strings.Contains(p, "/../") || p == "/":
+		// The local-stop journal is written beside it: the path must say plainly where.
+		c.fail("reclaim.imageGC.stateFile", "", p, "must be a clean absolute file path (no . or .. elements, no trailing or repeated /), like "+DefaultImageStateFile)
+	case strings.ContainsAny(p, "\x00\n"):
+		c.fail("reclaim.imageGC.stateFile", "", p, "must not contain NUL or newline characters")
 	}
 	return out
 }
@@ -737,8 +858,8 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 		PSI:          PSITriggerSettings{Enabled: ptr(nc.PSIEnabled), Type: nc.PSIType, Stall: nc.PSIStall.String(), Window: nc.PSIWindow.String()},
 		PollInterval: nc.PollInterval.String()}
 	n.Eviction = EvictionSettings{
-		PDBEscalation:  PDBEscalationSettings{MaxCandidates: cfg.Escalation.MaxCandidates, SoftMaxCandidates: cfg.Escalation.SoftMaxCandidates, Delete: ptr(cfg.Escalation.Delete)},
-		RateLimits:     RateLimitSettings{MaxPerPass: cfg.RateLimits.MaxPerPass, PerMinute: cfg.RateLimits.PerMinute, Burst: cfg.RateLimits.Burst, Cooldown: cfg.RateLimits.Cooldown.String()},
+		PDBEscalation:  PDBEscalationSettings{MaxCandidates: ptr(cfg.Escalation.MaxCandidates), SoftMaxCandidates: ptr(cfg.Escalation.SoftMaxCandidates), Delete: ptr(cfg.Escalation.Delete)},
+		RateLimits:     RateLimitSettings{MaxPerPass: ptr(cfg.RateLimits.MaxPerPass), PerMinute: ptr(cfg.RateLimits.PerMinute), Burst: ptr(cfg.RateLimits.Burst), Cooldown: cfg.RateLimits.Cooldown.String()},
 		APIUnreachable: APIUnreachableSettings{CRIStop: cfg.APIUnreachable.CRIStop, After: cfg.APIUnreachable.After.String()},
 	}
 	n.Exclusions.DaemonSetPods = ptr(cfg.Exclusions.DaemonSetPods)
@@ -781,13 +902,15 @@ func sortedKeys(m map[string]string) []string {
 	return out
 }
 
-func signalList() string {
+func signalList() string { return signalListText }
+
+var signalListText = func() string {
 	names := make([]string, 0, len(signals))
 	for _, s := range Signals() {
 		names = append(names, string(s))
 	}
 	return strings.Join(names, ", ")
-}
+}()
 
 // MarshalYAML renders the normalized configuration as YAML.
 func (c *Config) MarshalYAML() ([]byte, error) {

@@ -124,12 +124,13 @@ type EvictionSettings struct {
 // and never escalates further.
 type PDBEscalationSettings struct {
 	// MaxCandidates is how many ranked pods are tried through the Eviction API
-	// under hard pressure before escalating. Default 3.
-	MaxCandidates int `json:"maxCandidates,omitempty"`
+	// under hard pressure before escalating. Default 3 (unset only: an explicit 0
+	// is an error, not the default).
+	MaxCandidates *int `json:"maxCandidates,omitempty"`
 	// SoftMaxCandidates is how many ranked pods one soft-pressure pass tries
 	// through the Eviction API when PDBs refuse; the next pass tries again.
 	// Default 5.
-	SoftMaxCandidates int `json:"softMaxCandidates,omitempty"`
+	SoftMaxCandidates *int `json:"softMaxCandidates,omitempty"`
 	// Delete: when every candidate tried was blocked under hard pressure,
 	// delete the top-ranked one directly (bypassing its PDB, with the hard
 	// grace period). When false, evictiond stops there and leaves the node to
@@ -141,12 +142,13 @@ type PDBEscalationSettings struct {
 type RateLimitSettings struct {
 	// MaxPerPass caps evictions in one pass (local-storage limit violations
 	// may evict several pods in a pass; threshold evictions are one per
-	// pass). Default 3.
-	MaxPerPass int `json:"maxPerPass,omitempty"`
+	// pass). Default 3. The rate limits are pointers so that an explicit 0 is
+	// an error rather than silently the default.
+	MaxPerPass *int `json:"maxPerPass,omitempty"`
 	// PerMinute is the token bucket's refill rate. Default 10.
-	PerMinute float64 `json:"perMinute,omitempty"`
+	PerMinute *float64 `json:"perMinute,omitempty"`
 	// Burst is the token bucket's size. Default 3.
-	Burst int `json:"burst,omitempty"`
+	Burst *int `json:"burst,omitempty"`
 	// Cooldown after an eviction before the next one. Default 1s.
 	Cooldown string `json:"cooldown,omitempty"`
 }
@@ -269,7 +271,7 @@ type BrakeSettings struct {
 	InitialEvictionPath string `json:"initialEvictionPath,omitempty"`
 	// SafetyFactor: the brake fires when the time to exhaustion is below
 	// SafetyFactor × the eviction path. Default 1.5; 1 to 10.
-	SafetyFactor float64 `json:"safetyFactor,omitempty"`
+	SafetyFactor *float64 `json:"safetyFactor,omitempty"`
 	// MaxFreeze bounds how long a pod stays frozen whatever happens (the
 	// API server slow or down); then it is thawed. Default 15s.
 	MaxFreeze string `json:"maxFreeze,omitempty"`
@@ -334,4 +336,17 @@ func (m SignalMap) MarshalJSON() ([]byte, error) {
 		return []byte("{}"), nil
 	}
 	return json.Marshal(m.Values)
+}
+
+// given is the mapping as written, nil when unset or in flag form (which
+// names the same keys: only presence is asked of it).
+func (m *SignalMap) given() map[string]string {
+	if m == nil {
+		return nil
+	}
+	if m.IsFlag {
+		values, _ := ParseFlagForm(m.Flag, true)
+		return values
+	}
+	return m.Values
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // FuzzParseThresholds feeds arbitrary flag-form strings through ParseFlagForm
@@ -173,19 +175,33 @@ func FuzzDecodeConfig(f *testing.F) {
 	}
 	f.Add([]byte("not: [valid"))
 	f.Add([]byte("{}"))
+	// The hostile corpus (testdata/hostile), small inputs only: the
+	// generated megabyte ones would slow every fuzzing iteration.
+	for _, c := range hostileCorpus(f) {
+		if len(c.data) <= 64<<10 {
+			f.Add(c.data)
+		}
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, errs := Load(data)
 		if errs != nil {
 			if cfg != nil || len(errs) == 0 {
 				t.Fatalf("Load: config %v with errors %v", cfg != nil, errs)
 			}
+			if len(errs) > maxReportedErrors+1 {
+				t.Fatalf("%d errors, want at most %d", len(errs), maxReportedErrors+1)
+			}
 			for _, e := range errs {
 				if e.path() == "" || e.Rule == "" {
 					t.Fatalf("error without field or rule: %+v", e)
 				}
+				if n := len(e.Error()); n > 2*maxValueText+len(e.path())+len(e.Rule)+40 {
+					t.Fatalf("error of %d bytes: the value is not shortened: %.300s", n, e.Error())
+				}
 			}
 			return
 		}
+		checkCompiled(t, cfg, data)
 		normalized, err := cfg.MarshalYAML()
 		if err != nil {
 			t.Fatalf("MarshalYAML: %v", err)
@@ -202,6 +218,48 @@ func FuzzDecodeConfig(f *testing.F) {
 			t.Fatalf("normalizing is not idempotent:\n%s\n---\n%s", normalized, renormalized)
 		}
 	})
+}
+
+// checkCompiled: what validation promises of an accepted configuration. No
+// value it holds is NaN or infinite, no count or rate is zero, no exclusion
+// matches every pod, every excluded namespace is a namespace name, the state
+// file is a clean absolute path, and no soft threshold sits at or below the
+// hard one of its signal.
+func checkCompiled(t *testing.T, cfg *Config, data []byte) {
+	t.Helper()
+	if pm := cfg.RateLimits.PerMinute; math.IsNaN(pm) || math.IsInf(pm, 0) || pm <= 0 {
+		t.Fatalf("accepted perMinute %v: %q", pm, data)
+	}
+	if cfg.RateLimits.MaxPerPass < 1 || cfg.RateLimits.Burst < 1 || cfg.Escalation.MaxCandidates < 1 || cfg.Escalation.SoftMaxCandidates < 1 {
+		t.Fatalf("accepted a zero count: %+v %+v: %q", cfg.RateLimits, cfg.Escalation, data)
+	}
+	if sf := cfg.Brake.SafetyFactor; math.IsNaN(sf) || sf < 1 || sf > 10 {
+		t.Fatalf("accepted safetyFactor %v: %q", sf, data)
+	}
+	if s := cfg.Exclusions.PodSelector; s != nil && s.Empty() {
+		t.Fatalf("accepted an empty podSelector: %q", data)
+	}
+	for ns := range cfg.Exclusions.Namespaces {
+		if len(validation.IsDNS1123Label(ns)) > 0 {
+			t.Fatalf("accepted namespace %q: %q", ns, data)
+		}
+	}
+	if p := cfg.Reclaim.ImageStateFile; filepath.Clean(p) != p || !filepath.IsAbs(p) {
+		t.Fatalf("accepted stateFile %q: %q", p, data)
+	}
+	for _, s := range cfg.Thresholds {
+		if s.Hard() || s.DerivedFrom != "" {
+			continue
+		}
+		for _, h := range cfg.Thresholds {
+			if h.Hard() && h.DerivedFrom == "" && h.Signal == s.Signal && s.Value.Quantity != nil && h.Value.Quantity != nil && s.Value.Quantity.Cmp(*h.Value.Quantity) <= 0 {
+				t.Fatalf("accepted soft %s %s at or below hard %s: %q", s.Signal, s.Raw, h.Raw, data)
+			}
+		}
+		if s.GracePeriod > maxSoftGracePeriod {
+			t.Fatalf("accepted grace period %v: %q", s.GracePeriod, data)
+		}
+	}
 }
 
 // configComparison compares compiled configurations by meaning: quantities

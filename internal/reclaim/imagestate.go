@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/evictiond/evictiond/internal/statefile"
 )
 
 // imageStateVersion is the state file's format version.
@@ -45,29 +45,46 @@ type imageState struct {
 	savedLastUsed map[string]time.Time
 }
 
+// maxImageStateBytes caps the state file read at start: a record is about 150
+// bytes, so this holds a hundred thousand images; a larger file is not one
+// evictiond wrote.
+const maxImageStateBytes = 16 << 20
+
 // loadImageState reads the state file. A missing file is an empty state. A file that cannot be
-// decoded is moved aside (".corrupt") and replaced by an empty state: every image then counts as
-// first seen now, which the minimum age protects, so the safe side is kept.
+// decoded or is over maxImageStateBytes is moved aside (".corrupt-<time>", statefile.MoveAside)
+// and replaced by an empty state: every image then counts as first seen now, which the minimum
+// age protects, so the safe side is kept. Temporary files of an interrupted write are removed.
 func loadImageState(path string, log *slog.Logger) (*imageState, error) {
 	st := &imageState{path: path, records: map[string]imageRecord{}, savedLastUsed: map[string]time.Time{}}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
+	temps, err := statefile.RemoveTemps(path)
+	if len(temps) > 0 {
+		log.Info("removed the temporary files of an interrupted image state write", "path", path, "removed", temps)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading image state file %s: %w", path, err)
+		return nil, err
 	}
+	data, err := statefile.Read(path, maxImageStateBytes)
 	var file imageStateFile
-	decodeErr := json.Unmarshal(data, &file)
+	var decodeErr error
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return st, nil
+	case errors.Is(err, statefile.ErrTooLarge):
+		decodeErr = err
+	case err != nil:
+		return nil, fmt.Errorf("reading image state file %s: %w", path, err)
+	default:
+		decodeErr = json.Unmarshal(data, &file)
+	}
 	if decodeErr == nil && file.Version != imageStateVersion {
 		decodeErr = fmt.Errorf("version %d: want %d", file.Version, imageStateVersion)
 	}
 	if decodeErr != nil {
-		aside := path + ".corrupt"
-		log.Warn("image state file unreadable, starting with an empty state", "path", path, "movedTo", aside, "err", decodeErr)
-		if err := os.Rename(path, aside); err != nil {
+		aside, err := statefile.MoveAside(path, time.Now())
+		if err != nil {
 			return nil, fmt.Errorf("moving unreadable image state file %s aside: %w", path, err)
 		}
+		log.Warn("image state file unreadable, starting with an empty state", "path", path, "movedTo", aside, "err", decodeErr)
 		return st, nil
 	}
 	for id, rec := range file.Images {
@@ -132,56 +149,13 @@ func (s *imageState) save() error {
 	if err != nil {
 		return fmt.Errorf("encoding image state: %w", err)
 	}
-	if err := writeFileAtomic(s.path, data, 0o644); err != nil {
+	if err := statefile.WriteAtomic(s.path, data, 0o644); err != nil {
 		return fmt.Errorf("writing image state file: %w", err)
 	}
 	s.dirty = false
 	clear(s.savedLastUsed)
 	for id, rec := range s.records {
 		s.savedLastUsed[id] = rec.LastUsed
-	}
-	return nil
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("creating temporary file in %s: %w", dir, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("renaming %s to %s: %w", tmp.Name(), path, err)
-	}
-	committed = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }

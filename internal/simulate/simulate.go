@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -211,9 +212,16 @@ func (es Errors) Error() string {
 
 // Decode parses a scenario strictly.
 func Decode(data []byte) (*Scenario, *policy.Config, error) {
+	if e := policy.SingleDocumentError(data); e != nil {
+		return nil, nil, Errors{*e}
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, Errors{Error{"(document)", policy.YAMLErrorText(err), "must be valid YAML without duplicate keys"}}
+		var errs Errors
+		for _, fe := range policy.YAMLError(data, err) {
+			errs = append(errs, fe)
+		}
+		return nil, nil, errs
 	}
 	var sc Scenario
 	strict, err := kjson.UnmarshalStrict(js, &sc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
@@ -223,6 +231,17 @@ func Decode(data []byte) (*Scenario, *policy.Config, error) {
 	var errs Errors
 	for _, se := range strict {
 		errs = append(errs, Error{"(document)", se.Error(), "not part of the scenario format (docs/simulate.md)"})
+	}
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	for i := range sc.Pods {
+		errs = append(errs, podQuantityErrors(fmt.Sprintf("pods[%d]", i), &sc.Pods[i])...)
+	}
+	for i, st := range sc.Steps {
+		for j := range st.PodsAdded {
+			errs = append(errs, podQuantityErrors(fmt.Sprintf("steps[%d].podsAdded[%d]", i, j), &st.PodsAdded[j])...)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, nil, errs
@@ -619,7 +638,9 @@ func parseObservation(field string, s policy.Signal, in ObservationIn, now time.
 	}
 	if s.IsPSI() {
 		pct, err := strconv.ParseFloat(strings.TrimSuffix(string(in.Stall), "%"), 64)
-		if err != nil || pct < 0 || pct > 100 {
+		// NaN passes every comparison below as false: it must be refused by name,
+		// or it becomes a stall of -9.2e16 % and evicts.
+		if err != nil || math.IsNaN(pct) || pct < 0 || pct > 100 {
 			return o, Error{field + ".stall", string(in.Stall), "a pressure stall signal takes stall: a percentage from 0 to 100"}
 		}
 		o.Capacity = policy.PSIScale
@@ -689,4 +710,45 @@ func parsePodStats(field string, in PodStatsIn, now time.Time) (policy.PodStats,
 		ps.Volumes[name] = vs
 	}
 	return ps, nil
+}
+
+// podQuantityErrors refuses a pod's quantities the engine cannot compute with:
+// exact arithmetic on "1E1000000000" builds the power in big.Int and never
+// returns (policy.FitsInt64), and a negative request is no request.
+func podQuantityErrors(field string, pod *v1.Pod) Errors {
+	var errs Errors
+	check := func(f string, q resource.Quantity) {
+		switch {
+		case !policy.FitsInt64(q):
+			errs = append(errs, Error{f, q.String(), "must be at most 8Ei"})
+		case q.Sign() < 0:
+			errs = append(errs, Error{f, q.String(), "must not be negative"})
+		}
+	}
+	checkList := func(f string, l v1.ResourceList) {
+		names := make([]string, 0, len(l))
+		for name := range l {
+			names = append(names, string(name))
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			check(f+"["+name+"]", l[v1.ResourceName(name)])
+		}
+	}
+	containers := func(f string, cs []v1.Container) {
+		for i, c := range cs {
+			cf := fmt.Sprintf("%s[%d].resources", f, i)
+			checkList(cf+".requests", c.Resources.Requests)
+			checkList(cf+".limits", c.Resources.Limits)
+		}
+	}
+	containers(field+".spec.containers", pod.Spec.Containers)
+	containers(field+".spec.initContainers", pod.Spec.InitContainers)
+	checkList(field+".spec.overhead", pod.Spec.Overhead)
+	for i, vol := range pod.Spec.Volumes {
+		if vol.EmptyDir != nil && vol.EmptyDir.SizeLimit != nil {
+			check(fmt.Sprintf("%s.spec.volumes[%d].emptyDir.sizeLimit", field, i), *vol.EmptyDir.SizeLimit)
+		}
+	}
+	return errs
 }
