@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -170,7 +171,7 @@ type Report struct {
 	Selection *policy.Selection
 	// Evictions are the Evictor's answers, in order: local-storage violators
 	// (several) or the threshold eviction (one).
-	Evictions []EvictResult
+	Evictions []eviction.Result
 	// Deferred counts local-storage violators left for the next pass
 	// (eviction.rateLimits.maxPerPass).
 	Deferred int
@@ -193,7 +194,7 @@ type ReclaimReport struct {
 // ReclaimStepReport is one reclaim step's result.
 type ReclaimStepReport struct {
 	Step policy.ReclaimStep
-	ReclaimResult
+	eviction.ReclaimResult
 }
 
 // Pass runs one decision now; Run calls it on every wake. Exported for
@@ -319,7 +320,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	}
 	a.lastHeldBack = ""
 	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(a.opts.Clock.Now().Sub(fresh[starved.Threshold.Signal].Time).Seconds())
-	rep.Evictions = []EvictResult{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
+	rep.Evictions = []eviction.Result{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
 	return rep
 }
 
@@ -522,12 +523,12 @@ func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods 
 
 // evict hands the ranked candidates to the evictor and records the outcome;
 // a pod taken down is tracked by the engine until it is gone.
-func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) EvictResult {
+func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) eviction.Result {
 	return a.recordEviction(a.evictor.Evict(ctx, cands), cands, obs)
 }
 
 // recordEviction logs and counts the evictor's answer.
-func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs policy.Observations) EvictResult {
+func (a *Agent) recordEviction(res eviction.Result, cands []policy.Candidate, obs policy.Observations) eviction.Result {
 	signal := string(cands[0].Signal)
 	a.metrics.Evictions.WithLabelValues(signal, string(res.Outcome)).Inc()
 	if res.Victim == nil {
@@ -539,13 +540,13 @@ func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs po
 	v := res.Victim
 	o := obs[v.Signal]
 	msg := "pod evicted"
-	if res.Outcome == OutcomeDryRun {
+	if res.Outcome == eviction.OutcomeDryRun {
 		msg = "dry run: pod would be evicted"
 	}
 	a.log.Warn(msg, "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
 		"signal", v.Signal, "hard", v.Hard, "gracePeriodSeconds", v.GracePeriodSeconds,
 		"available", policy.FormatValue(v.Signal, o.Available), "why", v.Reason, "message", v.Message)
-	if res.Outcome == OutcomeDryRun {
+	if res.Outcome == eviction.OutcomeDryRun {
 		a.recorder.AnnotatedEventf(v.Pod, v.Annotations, v1.EventTypeWarning, "WouldEvict",
 			"Dry run: would evict. %s(%s)", v.Message, v.Reason)
 		return res
@@ -559,9 +560,9 @@ func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs po
 // evictLocalStorage evicts pods over their local storage limits, up to the
 // per-pass maximum (the kubelet evicts all of them in one pass); it returns
 // the answers and how many violators wait for the next pass.
-func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) ([]EvictResult, int) {
+func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) ([]eviction.Result, int) {
 	maxPerPass := a.engine.Config().RateLimits.MaxPerPass
-	var out []EvictResult
+	var out []eviction.Result
 	for i, c := range cands {
 		if i >= maxPerPass {
 			a.log.Info("local-storage evictions deferred to the next pass", "remaining", len(cands)-i, "maxPerPass", maxPerPass)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -53,7 +54,7 @@ type BrakeReport struct {
 // long a time, the fast poll's readings taken during the ranking are looked
 // at, and if they do not tell either, the node is read once more
 // brake.sampleInterval after the pass's reading before deciding.
-func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) EvictResult {
+func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) eviction.Result {
 	cfg := a.engine.Config()
 	d := a.engine.Brake(as)
 	if d.Resample && !d.Fire && len(a.recordFastReadings()) > 0 {
@@ -103,7 +104,7 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 
 	res := a.evictor.Evict(ctx, cands)
 	a.resolveHolds(res, d, held, crossing, br)
-	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == OutcomeEvicted &&
+	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == eviction.OutcomeEvicted &&
 		res.Victim != nil && as.Starved.Threshold.Hard() && d.Signal.Brakeable() && d.TimeToExhaustion >= 0 {
 		a.watchGraceful(ctx, as, pods, res, crossing, br)
 	}
@@ -125,7 +126,7 @@ const brakeWatchMax = 2 * time.Second
 // slowed past it and sped up again before the victim stopped would be left to
 // the OOM killer. When the brake fires on the new readings, the victim — its
 // eviction already accepted — is frozen and killed on the node at once.
-func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res EvictResult, crossing time.Time, br *BrakeReport) {
+func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res eviction.Result, crossing time.Time, br *BrakeReport) {
 	cfg := a.engine.Config().Brake
 	sig := as.Starved.Threshold.Signal
 	until := a.opts.Clock.Now().Add(brakeWatchMax)
@@ -194,7 +195,7 @@ func (a *Agent) brakePending(as *policy.Assessment, pods []*v1.Pod) *BrakeReport
 	if !ok {
 		return br
 	}
-	res := EvictResult{Outcome: OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
+	res := eviction.Result{Outcome: eviction.OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
 	a.killHeld(res, h, d, crossing, br)
 	if res.Victim.Braked {
 		a.engine.MarkBraked(victim.UID)
@@ -289,7 +290,7 @@ func (a *Agent) readFast(ctx context.Context, pods []*v1.Pod) policy.Observation
 // pod not held when the brake fired for this pass, frozen and killed too);
 // on an unanswered request (API error) the holds stay, bounded by
 // brake.maxFreeze; every other hold is thawed.
-func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brake.Hold, crossing time.Time, br *BrakeReport) {
+func (a *Agent) resolveHolds(res eviction.Result, d policy.BrakeDecision, held *brake.Hold, crossing time.Time, br *BrakeReport) {
 	if a.freezer == nil {
 		return
 	}
@@ -303,14 +304,14 @@ func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brak
 		case h.UID == victim:
 			killVictim = false
 			a.killHeld(res, h, d, crossing, br)
-		case res.Outcome == OutcomeAPIError:
+		case res.Outcome == eviction.OutcomeAPIError:
 			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "held").Inc()
 			a.log.Warn("brake: eviction not answered; pod stays frozen", "pod", h.Pod, "until", h.Deadline.Format(time.RFC3339Nano), "err", res.Err)
 		default:
 			a.thaw(h.UID, string(d.Signal), "thawed_refused", fmt.Sprintf("its eviction was not made (%s)", res.Outcome), br)
 		}
 	}
-	if killVictim && d.Fire && held != nil && res.Outcome != OutcomeStoppedLocally {
+	if killVictim && d.Fire && held != nil && res.Outcome != eviction.OutcomeStoppedLocally {
 		// The ladder moved on from the frozen pod to another one: stop that one as fast.
 		h, err := a.freezer.Freeze(res.Victim.Pod, a.engine.Config().Brake.MaxFreeze)
 		if err != nil {
@@ -323,9 +324,9 @@ func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brak
 }
 
 // killHeld kills a held pod whose eviction was accepted.
-func (a *Agent) killHeld(res EvictResult, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
+func (a *Agent) killHeld(res eviction.Result, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
 	result := "killed"
-	if res.Outcome == OutcomeStoppedLocally {
+	if res.Outcome == eviction.OutcomeStoppedLocally {
 		result = "killed_locally" // the local stop killed it first (brake.KillBeforeStop), or now
 	}
 	_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)

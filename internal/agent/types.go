@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -82,53 +83,11 @@ type NodeStatus interface {
 	SetConditions([]v1.NodeConditionType)
 }
 
-// Outcome is how one eviction request ended; the values are the
-// evictiond_evictions_total "result" label (docs/metrics.md).
-type Outcome string
-
-const (
-	OutcomeEvicted        Outcome = "evicted"         // the Eviction API accepted
-	OutcomeDeleted        Outcome = "deleted"         // hard escalation deleted a PDB-protected pod
-	OutcomeStoppedLocally Outcome = "stopped_locally" // API unreachable; stopped through the CRI
-	OutcomeDryRun         Outcome = "dry_run"         // would have evicted EvictResult.Victim
-	OutcomePDBBlocked     Outcome = "pdb_blocked"     // every candidate tried was refused
-	OutcomeGone           Outcome = "gone"            // the candidate vanished or was replaced (NotFound / UID conflict)
-	OutcomeThrottled      Outcome = "throttled"       // API priority and fairness answered 429
-	OutcomeRateLimited    Outcome = "rate_limited"    // evictiond's token bucket is empty
-	OutcomeCoolingDown    Outcome = "cooling_down"    // within the cool-down of the last eviction
-	OutcomeAPIError       Outcome = "api_error"       // API unreachable or failing
-	OutcomeNoCandidates   Outcome = "no_candidates"
-)
-
-// Disrupted is true for the outcomes that took a pod down (or, in dry run,
-// would have): the engine then waits for the victim to be gone.
-func (o Outcome) Disrupted() bool {
-	return o == OutcomeEvicted || o == OutcomeDeleted || o == OutcomeStoppedLocally
-}
-
-// Attempt is one request an Evictor made for one candidate.
-type Attempt struct {
-	Pod     types.NamespacedName
-	UID     types.UID
-	Action  string // "evict", "delete" or "local-stop"
-	Outcome Outcome
-	Err     error
-}
-
-// EvictResult is what an Evictor did with a ranked candidate list.
-type EvictResult struct {
-	Outcome Outcome
-	// Victim is the candidate evicted, deleted or stopped (in dry run: chosen).
-	Victim   *policy.Candidate
-	Attempts []Attempt
-	Err      error
-}
-
 // Evictor evicts at most one pod of a ranked candidate list; PDB escalation,
 // the token bucket and the cool-down are its business. The loop evicts
 // local-storage violators one call each, up to eviction.rateLimits.maxPerPass.
 type Evictor interface {
-	Evict(ctx context.Context, candidates []policy.Candidate) EvictResult
+	Evict(ctx context.Context, candidates []policy.Candidate) eviction.Result
 }
 
 // PendingReporter is an Evictor with work queued for when the API server
@@ -138,15 +97,7 @@ type PendingReporter interface {
 	ReportPending(ctx context.Context, log *slog.Logger)
 }
 
-// ReclaimResult is one node-level reclaim step's outcome.
-type ReclaimResult struct {
-	// Freed is measured by statfs before and after, in the signal's unit.
-	Freed int64
-	Items int
-	Err   error
-}
-
 // Reclaimer runs node-level reclaim steps. live is the node's pod set.
 type Reclaimer interface {
-	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) ReclaimResult
+	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult
 }

@@ -85,3 +85,30 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 		t.Errorf("docs/architecture.md has a row for %s, which is not a package", rel)
 	}
 }
+
+// TestImportRules holds the rules of docs/architecture.md that a table row
+// alone does not state: no package climbs back up to the loop to speak its
+// vocabulary (internal/eviction holds it), and the loop imports no
+// implementation.
+func TestImportRules(t *testing.T) {
+	root := "../.."
+	forbidden := map[string][]string{
+		"internal/kube":     {"internal/agent", "internal/daemon"},
+		"internal/reclaim":  {"internal/agent", "internal/daemon", "internal/monitor", "internal/notify"},
+		"internal/monitor":  {"internal/agent", "internal/daemon", "internal/notify", "internal/reclaim"},
+		"internal/notify":   {"internal/agent", "internal/daemon", "internal/monitor", "internal/reclaim"},
+		"internal/eviction": {"internal/agent", "internal/kube", "internal/reclaim", "internal/daemon"},
+		"internal/agent":    {"internal/kube", "internal/reclaim", "internal/monitor", "internal/notify", "internal/daemon"},
+	}
+	for pkg, banned := range forbidden {
+		p, err := build.ImportDir(filepath.Join(root, pkg), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range p.Imports {
+			if slices.Contains(banned, strings.TrimPrefix(imp, module)) {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+}

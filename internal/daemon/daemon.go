@@ -270,5 +270,10 @@ func RestartOnlyChanges(old, next *policy.Config) string {
 // Recorder is the daemon's Event recorder.
 func (d *Daemon) Recorder() record.EventRecorder { return d.deps.Recorder }
 
-// The node's pod cache offers the loop a direct list when it falls behind.
-var _ agent.DirectPods = (*kube.NodeInformers)(nil)
+// The Kubernetes side implements the loop's interfaces directly; the
+// node's pod cache offers the loop a direct list when it falls behind.
+var (
+	_ agent.Evictor         = (*kube.Evictor)(nil)
+	_ agent.PendingReporter = (*kube.Evictor)(nil)
+	_ agent.DirectPods      = (*kube.NodeInformers)(nil)
+)

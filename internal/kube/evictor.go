@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -206,11 +206,6 @@ type localStop struct {
 	at        time.Time
 }
 
-var (
-	_ agent.Evictor         = (*Evictor)(nil)
-	_ agent.PendingReporter = (*Evictor)(nil)
-)
-
 // NewEvictor returns an Evictor that evicts through client and records Events with
 // recorder.
 func NewEvictor(client kubernetes.Interface, recorder record.EventRecorder, opts EvictorOptions) (*Evictor, error) {
@@ -275,17 +270,17 @@ func (e *Evictor) persistLocalStopsLocked() {
 // one pod is evicted, within the token bucket, the cool-down and the escalation ladder.
 // It never evicts more than one pod and never waits for it: the policy engine tracks the
 // victim until it is gone.
-func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.EvictResult {
+func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) eviction.Result {
 	opts := e.options()
 	log := opts.Logger
-	var res agent.EvictResult
+	var res eviction.Result
 	if len(candidates) == 0 {
-		res.Outcome = agent.OutcomeNoCandidates
+		res.Outcome = eviction.OutcomeNoCandidates
 		return res
 	}
 	now := opts.Clock.Now()
 	if until := e.coolDownEnd(); now.Before(until) && !candidates[0].LocalStorage {
-		res.Outcome = agent.OutcomeCoolingDown
+		res.Outcome = eviction.OutcomeCoolingDown
 		log.Info("eviction held back by cool-down", "until", until, "signal", candidates[0].Signal)
 		return res
 	}
@@ -303,13 +298,13 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 			// and evicting another node's pod is exactly what RBAC cannot prevent.
 			res.Err = fmt.Errorf("candidate %s/%s: spec.nodeName %q: must be this node %q",
 				c.Pod.Namespace, c.Pod.Name, c.Pod.Spec.NodeName, opts.NodeName)
-			res.Outcome = agent.OutcomeNoCandidates
+			res.Outcome = eviction.OutcomeNoCandidates
 			return res
 		}
 		reservation := e.limiter.ReserveN(now, 1)
 		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
 			reservation.CancelAt(now)
-			res.Outcome = agent.OutcomeRateLimited
+			res.Outcome = eviction.OutcomeRateLimited
 			log.Info("eviction held back by the token bucket", "perMinute", opts.RateLimit.PerMinute, "burst", opts.RateLimit.Burst)
 			return res
 		}
@@ -318,24 +313,24 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 			// evictions a real run would make, at the pace it would make them.
 			log.Info("would evict pod", podAttrs(c)...)
 			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeDryRun, &c
+			res.Outcome, res.Victim = eviction.OutcomeDryRun, &c
 			return res
 		}
 		err := e.evictThroughAPI(ctx, c)
 		e.noteReachability(err)
 		outcome := classify(err)
-		res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "evict", Outcome: outcome, Err: err})
-		if outcome != agent.OutcomeEvicted {
+		res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "evict", Outcome: outcome, Err: err})
+		if outcome != eviction.OutcomeEvicted {
 			reservation.CancelAt(now)
 		}
 		switch outcome {
-		case agent.OutcomeEvicted:
+		case eviction.OutcomeEvicted:
 			e.recordEvicted(c, "")
 			log.Info("evicted pod", append(podAttrs(c), "attempt", i+1)...)
 			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeEvicted, &c
+			res.Outcome, res.Victim = eviction.OutcomeEvicted, &c
 			return res
-		case agent.OutcomePDBBlocked:
+		case eviction.OutcomePDBBlocked:
 			refused = append(refused, c)
 			log.Info("eviction refused by a PodDisruptionBudget", append(podAttrs(c), "attempt", i+1, "of", tries)...)
 			if hard {
@@ -344,7 +339,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 					c.Signal, c.Pod.Namespace, c.Pod.Name, i+1, tries)
 			}
 			continue
-		case agent.OutcomeAPIError:
+		case eviction.OutcomeAPIError:
 			if hard && e.localStopDue(ctx, err) {
 				return e.stopLocally(ctx, c, res)
 			}
@@ -360,7 +355,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 		}
 	}
 
-	res.Outcome = agent.OutcomePDBBlocked
+	res.Outcome = eviction.OutcomePDBBlocked
 	if !hard || len(refused) == 0 {
 		return res
 	}
@@ -370,7 +365,7 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 		reservation := e.limiter.ReserveN(now, 1)
 		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
 			reservation.CancelAt(now)
-			res.Outcome = agent.OutcomeRateLimited
+			res.Outcome = eviction.OutcomeRateLimited
 			log.Info("escalation delete held back by the token bucket", append(podAttrs(c), "perMinute", opts.RateLimit.PerMinute)...)
 			return res
 		}
@@ -380,25 +375,25 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 		err := e.deleteThroughAPI(ctx, c)
 		e.noteReachability(err)
 		outcome := classify(err)
-		if outcome == agent.OutcomeEvicted {
-			outcome = agent.OutcomeDeleted
+		if outcome == eviction.OutcomeEvicted {
+			outcome = eviction.OutcomeDeleted
 		}
-		res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "delete", Outcome: outcome, Err: err})
-		if outcome == agent.OutcomeDeleted {
+		res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "delete", Outcome: outcome, Err: err})
+		if outcome == eviction.OutcomeDeleted {
 			e.recordEvicted(c, " Its PodDisruptionBudget was overridden: the node was under hard pressure and no other candidate could be evicted.")
 			log.Warn("deleted pod despite its PodDisruptionBudget", podAttrs(c)...)
 			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeDeleted, &c
+			res.Outcome, res.Victim = eviction.OutcomeDeleted, &c
 			return res
 		}
 		reservation.CancelAt(now)
-		if outcome == agent.OutcomeGone {
+		if outcome == eviction.OutcomeGone {
 			// It went away by itself (or was replaced) since it was ranked: re-measure.
 			res.Outcome, res.Err = outcome, err
 			log.Info("escalation delete found the pod gone", append(podAttrs(c), "err", err)...)
 			return res
 		}
-		if outcome == agent.OutcomeAPIError && e.localStopDue(ctx, err) {
+		if outcome == eviction.OutcomeAPIError && e.localStopDue(ctx, err) {
 			return e.stopLocally(ctx, c, res)
 		}
 		res.Err = fmt.Errorf("deleting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
@@ -492,7 +487,7 @@ func (e *Evictor) coolDownEnd() time.Time {
 // still short of the resource. A stop that fails is taken out again; one
 // journaled by a process killed before it could say whether the stop worked is
 // reported like a stop, which deletes the pod through the API the ordinary way.
-func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res agent.EvictResult) agent.EvictResult {
+func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res eviction.Result) eviction.Result {
 	opts := e.options()
 	now := opts.Clock.Now()
 	e.mu.Lock()
@@ -500,19 +495,19 @@ func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res agent.EvictR
 	e.persistLocalStopsLocked()
 	e.mu.Unlock()
 	err := opts.LocalStop.Stopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
-	res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: agent.OutcomeStoppedLocally, Err: err})
+	res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: eviction.OutcomeStoppedLocally, Err: err})
 	if err != nil {
 		e.mu.Lock()
 		e.localStops = slices.DeleteFunc(e.localStops, func(s localStop) bool { return s.candidate.Pod.UID == c.Pod.UID && s.at.Equal(now) })
 		e.persistLocalStopsLocked()
 		e.mu.Unlock()
-		res.Outcome, res.Err = agent.OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
+		res.Outcome, res.Err = eviction.OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
 		opts.Logger.Error("local stop failed", append(podAttrs(c), "err", err)...)
 		return res
 	}
 	e.startCoolDown(now)
 	opts.Logger.Warn("API server unreachable under hard pressure: stopped pod through the CRI", podAttrs(c)...)
-	res.Outcome, res.Victim = agent.OutcomeStoppedLocally, &c
+	res.Outcome, res.Victim = eviction.OutcomeStoppedLocally, &c
 	return res
 }
 
@@ -594,18 +589,18 @@ func (e *Evictor) recordEvicted(c Candidate, suffix string) {
 }
 
 // classify maps an API answer onto an Outcome.
-func classify(err error) agent.Outcome {
+func classify(err error) eviction.Outcome {
 	switch {
 	case err == nil:
-		return agent.OutcomeEvicted
+		return eviction.OutcomeEvicted
 	case apierrors.IsTooManyRequests(err) && hasDisruptionBudgetCause(err):
-		return agent.OutcomePDBBlocked
+		return eviction.OutcomePDBBlocked
 	case apierrors.IsTooManyRequests(err):
-		return agent.OutcomeThrottled
+		return eviction.OutcomeThrottled
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return agent.OutcomeGone
+		return eviction.OutcomeGone
 	default:
-		return agent.OutcomeAPIError
+		return eviction.OutcomeAPIError
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -123,7 +124,7 @@ func (n *Node) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Obse
 
 // Reclaim frees what the step says the reclaim step frees: every signal of
 // the same unit on the starved signal's filesystem gains it, read now.
-func (n *Node) Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) agent.ReclaimResult {
+func (n *Node) Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	amount := n.reclaimable[step]
@@ -135,7 +136,7 @@ func (n *Node) Reclaim(ctx context.Context, step policy.ReclaimStep, signal poli
 			n.obs[s] = o
 		}
 	}
-	return agent.ReclaimResult{Freed: amount}
+	return eviction.ReclaimResult{Freed: amount}
 }
 
 // StopPodSandboxByPodUID is the local stop (the API server unreachable): a

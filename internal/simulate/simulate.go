@@ -26,6 +26,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -456,7 +457,7 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	sr.EvictionOutcome = string(ev.Outcome)
 	refused := 0
 	for _, at := range ev.Attempts {
-		if at.Outcome != agent.OutcomePDBBlocked {
+		if at.Outcome != eviction.OutcomePDBBlocked {
 			continue
 		}
 		refused++
@@ -469,13 +470,13 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	switch {
 	case ev.Victim != nil:
 		er := evictionResult(*ev.Victim)
-		if ev.Outcome == agent.OutcomeDeleted {
+		if ev.Outcome == eviction.OutcomeDeleted {
 			er.Reason = fmt.Sprintf("deleted directly: %d candidates refused by PodDisruptionBudgets under hard pressure (eviction.pdbEscalation.delete); %s", refused, er.Reason)
 		}
 		sr.Eviction = &er
-	case ev.Outcome == agent.OutcomePDBBlocked && a.Starved.Threshold.Hard():
+	case ev.Outcome == eviction.OutcomePDBBlocked && a.Starved.Threshold.Hard():
 		sr.Notes = append(sr.Notes, fmt.Sprintf("%d candidates refused by PodDisruptionBudgets under hard pressure; escalation stops (eviction.pdbEscalation.delete is false)", refused))
-	case ev.Outcome == agent.OutcomePDBBlocked:
+	case ev.Outcome == eviction.OutcomePDBBlocked:
 		sr.Notes = append(sr.Notes, fmt.Sprintf("every candidate (%d) refused by PodDisruptionBudgets under soft pressure; nothing is forced", refused))
 	default:
 		sr.Notes = append(sr.Notes, "no eviction: "+outcomeNote(ev, cfg))
@@ -484,11 +485,11 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 }
 
 // outcomeNote says why the evictor took no pod down.
-func outcomeNote(ev agent.EvictResult, cfg *policy.Config) string {
+func outcomeNote(ev eviction.Result, cfg *policy.Config) string {
 	switch ev.Outcome {
-	case agent.OutcomeCoolingDown:
+	case eviction.OutcomeCoolingDown:
 		return fmt.Sprintf("cooling down after the last eviction (eviction.rateLimits.cooldown %v)", cfg.RateLimits.Cooldown)
-	case agent.OutcomeRateLimited:
+	case eviction.OutcomeRateLimited:
 		return fmt.Sprintf("token bucket empty (eviction.rateLimits.perMinute %v, burst %d)", cfg.RateLimits.PerMinute, cfg.RateLimits.Burst)
 	}
 	if ev.Err != nil {
