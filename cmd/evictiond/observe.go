@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/monitor"
+	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -43,16 +44,12 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("observe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, observeUsage); fs.PrintDefaults() }
+	var paths node.Paths
+	paths.AddFlags(fs)
 	var (
 		once          = fs.Bool("once", false, "print one snapshot and exit (default: one every --interval until interrupted)")
 		output        = fs.String("o", "table", "output format: json or table")
 		interval      = fs.Duration("interval", time.Second, "time between snapshots without --once")
-		hostRoot      = fs.String("host-root", "", "where the host's root is mounted (e.g. /host in a DaemonSet); prepended to every host path")
-		kubeletRoot   = fs.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs, pod volumes)")
-		podLogs       = fs.String("pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
-		imageFsDir    = fs.String("image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
-		cgroupDriver  = fs.String("cgroup-driver", "cgroupfs", "the kubelet's cgroup driver: cgroupfs or systemd")
-		cgroupRoot    = fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
 		cgroupVersion = fs.Int("cgroup-version", 0, "1 or 2; 0 detects it")
 		memoryFormula = fs.String("memory-formula", "workingSet", "memory.available formula: workingSet (the kubelet's) or memAvailable")
 		housekeeping  = fs.Duration("housekeeping-interval", 10*time.Second, "cAdvisor housekeeping and pod disk usage refresh period")
@@ -84,19 +81,10 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(logger) // cAdvisor logs through klog
 
-	cfg := monitor.Config{
-		HostRoot:             *hostRoot,
-		KubeletRootDir:       *kubeletRoot,
-		PodLogsDir:           *podLogs,
-		ImageFsDir:           *imageFsDir,
-		CgroupDriver:         monitor.CgroupDriver(*cgroupDriver),
-		CgroupRoot:           *cgroupRoot,
-		CgroupVersion:        monitor.CgroupVersion(*cgroupVersion),
-		MemoryFormula:        formula,
-		HousekeepingInterval: *housekeeping,
-		DisableCAdvisor:      *noCAdvisor,
-		Logger:               logger,
-	}
+	cfg := paths.MonitorConfig()
+	cfg.CgroupVersion = monitor.CgroupVersion(*cgroupVersion)
+	cfg.MemoryFormula, cfg.HousekeepingInterval = formula, *housekeeping
+	cfg.DisableCAdvisor, cfg.Logger = *noCAdvisor, logger
 	if *runtimeSocket != "" {
 		rt, closeRT, err := monitor.DialCRI(*runtimeSocket)
 		if err != nil {

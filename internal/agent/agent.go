@@ -37,7 +37,9 @@ type Options struct {
 	// thresholds). The engine is updated by the agent itself.
 	OnConfig func(*policy.Config)
 	Clock    policy.Clock
-	Logger   *slog.Logger
+	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
+	Sleep  func(time.Duration)
+	Logger *slog.Logger
 }
 
 // Agent is the decision loop and its state.
@@ -45,7 +47,7 @@ type Agent struct {
 	opts   Options
 	engine *policy.Engine
 	stats  Stats
-	// sleep waits before the brake's resample (time.Sleep; tests record it).
+	// sleep waits before the brake's resample (Options.Sleep; tests record it).
 	sleep    func(time.Duration)
 	pods     Pods
 	status   NodeStatus
@@ -95,10 +97,13 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
+	if opts.Sleep == nil {
+		opts.Sleep = time.Sleep
+	}
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
-		freezer: deps.Freezer, sleep: time.Sleep}
+		freezer: deps.Freezer, sleep: opts.Sleep}
 	a.resetThresholdGauges()
 	return a
 }
@@ -223,9 +228,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
 
-	if r, ok := a.evictor.(PendingReporter); ok {
-		r.ReportPending(ctx, a.log)
-	}
+	a.evictor.ReportPending(ctx, a.log)
 	listed, err := a.pods.ListPods()
 	if err != nil {
 		rep.Err = fmt.Sprintf("listing pods: %v", err)
@@ -327,15 +330,11 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 // podsBehindCache checks, when a hard threshold finds no pod to evict, whether
 // the pod cache is behind the node: pod cgroups under kubepods that no cached
 // pod (listed: all of the cache's, terminal ones included) accounts for. If so
-// it lists the node's pods from the API server (DirectPods, rate-limited) and
+// it lists the node's pods from the API server (ListPodsDirect, rate-limited) and
 // returns that list when it holds pods the cache does not, for the pass to run
 // again on it; otherwise a note for the log on what it found.
 func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Pod, string) {
-	cg, ok := a.stats.(PodCgroups)
-	if !ok {
-		return nil, ""
-	}
-	uids, err := cg.PodCgroupUIDs()
+	uids, err := a.stats.PodCgroupUIDs()
 	if err != nil {
 		return nil, fmt.Sprintf("pod cgroups unreadable: %v", err)
 	}
@@ -355,11 +354,7 @@ func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Po
 	if len(unknown) == 0 {
 		return nil, ""
 	}
-	dp, ok := a.pods.(DirectPods)
-	if !ok {
-		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache", len(unknown))
-	}
-	direct, err := dp.ListPodsDirect(ctx)
+	direct, err := a.pods.ListPodsDirect(ctx)
 	if err != nil {
 		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache; listing the node's pods from the API server: %v", len(unknown), err)
 	}

@@ -48,9 +48,20 @@ func (s *fakeStats) Observe(ctx context.Context, pods []*v1.Pod) Observed {
 
 func (s *fakeStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {}
 
+// ObserveFast reads everything again (a node without a separate fast read).
+func (s *fakeStats) ObserveFast() policy.Observations {
+	return s.Observe(context.Background(), nil).Observations
+}
+
+func (s *fakeStats) FastReadings() []policy.Observations { return nil }
+
+func (s *fakeStats) PodCgroupUIDs() ([]types.UID, error) { return nil, nil }
+
 type fakePods struct{ pods []*v1.Pod }
 
 func (p *fakePods) ListPods() ([]*v1.Pod, error) { return p.pods, nil }
+
+func (p *fakePods) ListPodsDirect(context.Context) ([]*v1.Pod, error) { return p.pods, nil }
 
 type fakeStatus struct{ last []v1.NodeConditionType }
 
@@ -60,6 +71,8 @@ type fakeEvictor struct {
 	calls   [][]policy.Candidate
 	outcome eviction.Outcome
 }
+
+func (e *fakeEvictor) ReportPending(context.Context, *slog.Logger) {}
 
 func (e *fakeEvictor) Evict(ctx context.Context, c []policy.Candidate) eviction.Result {
 	e.calls = append(e.calls, c)

@@ -71,7 +71,7 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 		if wait > 0 {
 			a.sleep(wait)
 		}
-		a.engine.RecordReadings(a.readFast(ctx, pods))
+		a.engine.RecordReadings(a.readFast())
 		first := d.Reason
 		d = a.engine.Brake(as)
 		a.log.Debug("brake: read again before deciding", "signal", d.Signal, "first", first, "then", d.Reason)
@@ -133,7 +133,7 @@ func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods [
 	last := as.Starved.Observation.Time
 	for a.opts.Clock.Now().Before(until) && ctx.Err() == nil {
 		a.sleep(cfg.SampleInterval)
-		obs := a.readFast(ctx, pods)
+		obs := a.readFast()
 		o, ok := obs[sig]
 		if !ok || !o.Time.After(last) {
 			return // no newer reading (simulate's steps): nothing to follow
@@ -226,11 +226,7 @@ func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.
 // recordFastReadings hands the fast readings taken since the last call
 // (the fast poll's) to the engine's rate history, and returns them.
 func (a *Agent) recordFastReadings() []policy.Observations {
-	h, ok := a.stats.(FastHistory)
-	if !ok {
-		return nil
-	}
-	r := h.FastReadings()
+	r := a.stats.FastReadings()
 	a.engine.RecordReadings(r...)
 	return r
 }
@@ -275,14 +271,8 @@ func (p *passStages) logAttrs() []any {
 	return attrs
 }
 
-// readFast reads the signals the brake races on: the fast ones alone when
-// the Stats can, everything otherwise.
-func (a *Agent) readFast(ctx context.Context, pods []*v1.Pod) policy.Observations {
-	if f, ok := a.stats.(FastStats); ok {
-		return f.ObserveFast()
-	}
-	return a.stats.Observe(ctx, pods).Observations
-}
+// readFast reads the signals the brake races on.
+func (a *Agent) readFast() policy.Observations { return a.stats.ObserveFast() }
 
 // resolveHolds ends the brake's holds after an eviction request: the
 // accepted victim is killed on the node (a held pod always, whatever the
@@ -330,7 +320,7 @@ func (a *Agent) killHeld(res eviction.Result, h brake.Hold, d policy.BrakeDecisi
 		result = "killed_locally" // the local stop killed it first (brake.KillBeforeStop), or now
 	}
 	_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)
-	freedAt := time.Now()
+	freedAt := a.opts.Clock.Now()
 	if err != nil {
 		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "kill_failed").Inc()
 		a.log.Error("brake: kill failed; the pod terminates on the normal path", "pod", h.Pod, "err", err)
@@ -363,9 +353,10 @@ func (a *Agent) thaw(uid types.UID, signal, result, why string, br *BrakeReport)
 		a.log.Error("brake: thaw failed", "pod", h.Pod, "err", err)
 	}
 	a.metrics.BrakeTotal.WithLabelValues(signal, result).Inc()
-	a.log.Warn("brake: pod thawed", "pod", h.Pod, "why", why, "frozenFor", time.Since(h.FrozenAt))
+	frozenFor := a.opts.Clock.Now().Sub(h.FrozenAt)
+	a.log.Warn("brake: pod thawed", "pod", h.Pod, "why", why, "frozenFor", frozenFor)
 	a.recorder.Eventf(podRefOf(h), v1.EventTypeNormal, EventReasonBrakeThawed, "Thawed after %v frozen: %s",
-		time.Since(h.FrozenAt).Round(time.Millisecond), why)
+		frozenFor.Round(time.Millisecond), why)
 }
 
 // releaseBrake thaws every hold once no hard threshold is met any more.

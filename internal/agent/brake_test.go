@@ -77,6 +77,8 @@ type ladderEvictor struct {
 	calls   int
 }
 
+func (e *ladderEvictor) ReportPending(context.Context, *slog.Logger) {}
+
 func (e *ladderEvictor) Evict(ctx context.Context, cands []policy.Candidate) eviction.Result {
 	e.calls++
 	for _, c := range cands {

@@ -88,8 +88,8 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 
 // TestImportRules holds the rules of docs/architecture.md that a table row
 // alone does not state: no package climbs back up to the loop to speak its
-// vocabulary (internal/eviction holds it), and the loop imports no
-// implementation.
+// vocabulary (internal/eviction holds it), the loop imports no
+// implementation, and the command wires no part of the node.
 func TestImportRules(t *testing.T) {
 	root := "../.."
 	forbidden := map[string][]string{
@@ -98,7 +98,14 @@ func TestImportRules(t *testing.T) {
 		"internal/monitor":  {"internal/agent", "internal/daemon", "internal/notify", "internal/reclaim"},
 		"internal/notify":   {"internal/agent", "internal/daemon", "internal/monitor", "internal/reclaim"},
 		"internal/eviction": {"internal/agent", "internal/kube", "internal/reclaim", "internal/daemon"},
-		"internal/agent":    {"internal/kube", "internal/reclaim", "internal/monitor", "internal/notify", "internal/daemon"},
+		"internal/agent":    {"internal/kube", "internal/reclaim", "internal/monitor", "internal/notify", "internal/daemon", "internal/node"},
+		// The real node is built in internal/node and wired in internal/daemon:
+		// the command parses flags and calls the daemon.
+		"cmd/evictiond": {"internal/agent", "internal/brake", "internal/kube", "internal/notify", "internal/reclaim",
+			"internal/nodefs", "internal/metrics", "internal/metricsserver", "internal/configfile"},
+		// The simulated node stands where the real one does, never beside it.
+		"internal/simulate": {"internal/node", "internal/monitor", "internal/notify", "internal/reclaim", "internal/kube"},
+		"internal/node":     {"internal/daemon", "internal/kube", "internal/simulate"},
 	}
 	for pkg, banned := range forbidden {
 		p, err := build.ImportDir(filepath.Join(root, pkg), 0)

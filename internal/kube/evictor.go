@@ -186,7 +186,7 @@ func (o *EvictorOptions) validate() error {
 }
 
 // Evictor evicts pods of one node, one victim per call, and implements the loop's
-// agent.Evictor and agent.PendingReporter. It is used by the single loop goroutine.
+// agent.Evictor. It is used by the single loop goroutine.
 // Waiting for the victim to be gone is the policy engine's business, not the Evictor's.
 type Evictor struct {
 	client   kubernetes.Interface

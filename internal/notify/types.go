@@ -176,7 +176,7 @@ type Options struct {
 	// an armed kernel notifier: the brake (brake.enabled) estimates how fast
 	// a signal falls from the readings before a crossing, and a memcg
 	// threshold event carries none. The poll's readings reach the loop
-	// through ReadMemory's owner (daemon.MonitorStats). Cost: 10 reads a
+	// through ReadMemory's owner (node.Stats). Cost: 10 reads a
 	// second far from the thresholds, ~0.3 ms each.
 	PollForRates bool
 	// RearmInterval: how often memcg thresholds are recomputed as

@@ -266,7 +266,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	clk := clocktesting.NewFakeClock(Epoch)
 	node := NewNode(sc, clk.Now)
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Stats: node, Reclaimer: node,
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Node: node,
 		Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -279,7 +279,9 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 		clk.SetTime(Epoch.Add(st.At))
 		node.Apply(st.Input)
 		rep := d.Agent.Pass(ctx, "simulate")
-		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, clk.Now()))
+		// Ages are the step's: the pass may have waited on the virtual clock
+		// (the brake's second reading) as it would on a node.
+		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, Epoch.Add(st.At)))
 	}
 	return res, nil
 }
@@ -496,35 +498,6 @@ func outcomeNote(ev eviction.Result, cfg *policy.Config) string {
 		return fmt.Sprintf("%s: %v", ev.Outcome, ev.Err)
 	}
 	return string(ev.Outcome)
-}
-
-// sameFilesystem lists the signals of the same unit that measure the same
-// filesystem as s under layout.
-func sameFilesystem(s policy.Signal, layout policy.FilesystemLayout) []policy.Signal {
-	inodes := s.Resource() == policy.ResourceInodes
-	pick := func(bytes, in policy.Signal) policy.Signal {
-		if inodes {
-			return in
-		}
-		return bytes
-	}
-	node := pick(policy.SignalNodeFsAvailable, policy.SignalNodeFsInodesFree)
-	image := pick(policy.SignalImageFsAvailable, policy.SignalImageFsInodesFree)
-	container := pick(policy.SignalContainerFsAvailable, policy.SignalContainerFsInodesFree)
-	switch {
-	case !layout.DedicatedImageFs:
-		return []policy.Signal{node, image, container}
-	case layout.SplitContainerFs:
-		if s == image {
-			return []policy.Signal{image}
-		}
-		return []policy.Signal{node, container}
-	default:
-		if s == node {
-			return []policy.Signal{node}
-		}
-		return []policy.Signal{image, container}
-	}
 }
 
 func capacityValue(s policy.Signal, o policy.Observation) int64 {
