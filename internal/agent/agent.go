@@ -68,6 +68,10 @@ type Agent struct {
 	// stages times the current pass's steps up to the brake, for the
 	// brake's log line (where the milliseconds from the crossing went).
 	stages passStages
+	// watch follows the last graceful victim of a hard threshold between
+	// passes; offLoop runs the brake's kills beside the loop (victims.go).
+	watch   *gracefulWatch
+	offLoop *offLoop
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -103,7 +107,7 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
-		freezer: deps.Freezer, sleep: opts.Sleep}
+		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop()}
 	a.resetThresholdGauges()
 	return a
 }
@@ -134,10 +138,30 @@ func (a *Agent) Run(ctx context.Context) {
 	defer ticker.Stop()
 	defer a.thawAll("evictiond stopping")
 	a.pass(ctx, "start")
+	// watchTimer ticks the graceful watch while there is one; a pass may
+	// start a watch or end it.
+	var watchTimer *time.Timer
+	var watchC <-chan time.Time
+	defer func() {
+		if watchTimer != nil {
+			watchTimer.Stop()
+		}
+	}()
 	for {
+		if a.watch == nil {
+			watchC = nil
+		} else if watchC == nil {
+			watchTimer = time.NewTimer(a.engine.Config().Brake.SampleInterval)
+			watchC = watchTimer.C
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-watchC:
+			watchC = nil
+			a.watchTick()
+		case <-a.offLoop.ready:
+			a.finishKills()
 		case cfg := <-a.reloads:
 			a.applyConfig(cfg)
 			if cfg.LoopInterval != interval {
@@ -204,8 +228,11 @@ type ReclaimStepReport struct {
 
 // Pass runs one decision now; Run calls it on every wake. Exported for
 // `evictiond simulate`, which drives the loop on a virtual clock.
+// It settles what the pass left beside the loop (the graceful watch, on the
+// clock; the brake's kills) before it returns, so the report is complete.
 func (a *Agent) Pass(ctx context.Context, source string) Report {
 	rep := a.pass(ctx, source)
+	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
 	return rep
 }
@@ -227,6 +254,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
+	a.finishKills()
 
 	a.evictor.ReportPending(ctx, a.log)
 	listed, err := a.pods.ListPods()

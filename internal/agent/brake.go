@@ -106,7 +106,7 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 	a.resolveHolds(res, d, held, crossing, br)
 	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == eviction.OutcomeEvicted &&
 		res.Victim != nil && as.Starved.Threshold.Hard() && d.Signal.Brakeable() && d.TimeToExhaustion >= 0 {
-		a.watchGraceful(ctx, as, pods, res, crossing, br)
+		a.startWatch(as, res, crossing, br)
 	}
 	return a.recordEviction(res, cands, obs)
 }
@@ -116,7 +116,8 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 const brakeWatchMax = 2 * time.Second
 
 // watchGraceful follows a hard threshold's signal after a graceful eviction
-// was accepted, reading the fast signals every brake.sampleInterval until the
+// was accepted, reading the fast signals every brake.sampleInterval (one
+// reading per call: the loop's watch timer, see victims.go) until the
 // victim's resource comes back (the signal stops falling or is above the
 // threshold again), at most brakeWatchMax: a writer measured slow at the
 // crossing (starved of CPU then) can ramp at full speed right after it, and
@@ -125,38 +126,33 @@ const brakeWatchMax = 2 * time.Second
 // bounded by the time to exhaustion estimated at the crossing: a ramp that
 // slowed past it and sped up again before the victim stopped would be left to
 // the OOM killer. When the brake fires on the new readings, the victim — its
-// eviction already accepted — is frozen and killed on the node at once.
-func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res eviction.Result, crossing time.Time, br *BrakeReport) {
-	cfg := a.engine.Config().Brake
-	sig := as.Starved.Threshold.Signal
-	until := a.opts.Clock.Now().Add(brakeWatchMax)
-	last := as.Starved.Observation.Time
-	for a.opts.Clock.Now().Before(until) && ctx.Err() == nil {
-		a.sleep(cfg.SampleInterval)
-		obs := a.readFast()
-		o, ok := obs[sig]
-		if !ok || !o.Time.After(last) {
-			return // no newer reading (simulate's steps): nothing to follow
-		}
-		last = o.Time
-		a.engine.RecordReadings(obs)
-		if o.Available >= as.Starved.Quantity {
-			return // the resource came back
-		}
-		d := a.engine.Brake(as)
-		if d.TimeToExhaustion < 0 {
-			return // not falling any more: the victim is releasing it
-		}
-		if !d.Fire {
-			continue
-		}
-		br.BrakeDecision = d
-		if h, ok := a.freezeVictim(res.Victim.Pod, d, crossing, br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",
-			"brake: freeze of the gracefully evicted victim failed; it terminates on the normal path"); ok {
-			a.killHeld(res, h, d, crossing, br)
-		}
-		return
+// eviction already accepted — is frozen and killed on the node at once. It
+// returns true when the watch is over.
+func (a *Agent) watchGraceful(w *gracefulWatch) bool {
+	sig := w.as.Starved.Threshold.Signal
+	obs := a.readFast()
+	o, ok := obs[sig]
+	if !ok || !o.Time.After(w.last) {
+		return true // no newer reading (simulate's steps): nothing to follow
 	}
+	w.last = o.Time
+	a.engine.RecordReadings(obs)
+	if o.Available >= w.as.Starved.Quantity {
+		return true // the resource came back
+	}
+	d := a.engine.Brake(w.as)
+	if d.TimeToExhaustion < 0 {
+		return true // not falling any more: the victim is releasing it
+	}
+	if !d.Fire {
+		return false
+	}
+	w.br.BrakeDecision = d
+	if h, ok := a.freezeVictim(w.res.Victim.Pod, d, w.crossing, w.br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",
+		"brake: freeze of the gracefully evicted victim failed; it terminates on the normal path"); ok {
+		a.killHeld(w.res, h, d, w.crossing, w.br)
+	}
+	return true
 }
 
 // brakePending brakes a victim whose graceful eviction for the starved hard
@@ -197,9 +193,6 @@ func (a *Agent) brakePending(as *policy.Assessment, pods []*v1.Pod) *BrakeReport
 	}
 	res := eviction.Result{Outcome: eviction.OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
 	a.killHeld(res, h, d, crossing, br)
-	if res.Victim.Braked {
-		a.engine.MarkBraked(victim.UID)
-	}
 	return br
 }
 
@@ -291,6 +284,8 @@ func (a *Agent) resolveHolds(res eviction.Result, d policy.BrakeDecision, held *
 	killVictim := victim != ""
 	for _, h := range a.freezer.Held() {
 		switch {
+		case a.offLoop.killing[h.UID]:
+			killVictim = killVictim && h.UID != victim
 		case h.UID == victim:
 			killVictim = false
 			a.killHeld(res, h, d, crossing, br)
@@ -311,33 +306,6 @@ func (a *Agent) resolveHolds(res eviction.Result, d policy.BrakeDecision, held *
 		}
 		a.killHeld(res, h, d, crossing, br)
 	}
-}
-
-// killHeld kills a held pod whose eviction was accepted.
-func (a *Agent) killHeld(res eviction.Result, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
-	result := "killed"
-	if res.Outcome == eviction.OutcomeStoppedLocally {
-		result = "killed_locally" // the local stop killed it first (brake.KillBeforeStop), or now
-	}
-	_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)
-	freedAt := a.opts.Clock.Now()
-	if err != nil {
-		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "kill_failed").Inc()
-		a.log.Error("brake: kill failed; the pod terminates on the normal path", "pod", h.Pod, "err", err)
-		return
-	}
-	res.Victim.Braked = true
-	br.Killed = h.Pod
-	a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), result).Inc()
-	sinceCrossing := freedAt.Sub(crossing)
-	a.metrics.BrakeCrossingToFreed.WithLabelValues(string(d.Signal)).Observe(sinceCrossing.Seconds())
-	frozenAfter := h.FrozenAt.Sub(crossing)
-	a.log.Warn("brake: pod killed after its eviction was accepted", "pod", h.Pod, "uid", h.UID, "outcome", res.Outcome,
-		"processes", n, "crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-		"freedAt", freedAt.Format(time.RFC3339Nano), "crossingToFrozen", frozenAfter, "crossingToFreed", sinceCrossing)
-	a.recorder.Eventf(res.Victim.Pod, v1.EventTypeWarning, EventReasonBraked,
-		"Frozen %v after the crossing of %s, killed after the eviction was accepted (%s; %d processes, freed %v after the crossing): %s",
-		frozenAfter.Round(100*time.Microsecond), d.Signal, res.Outcome, n, sinceCrossing.Round(time.Millisecond), d.Reason)
 }
 
 // thaw ends a hold without a kill.
@@ -374,7 +342,9 @@ func (a *Agent) releaseBrake(as *policy.Assessment) {
 		}
 	}
 	for _, h := range held {
-		a.thaw(h.UID, "", "thawed_cleared", "the pressure cleared", nil)
+		if !a.offLoop.killing[h.UID] {
+			a.thaw(h.UID, "", "thawed_cleared", "the pressure cleared", nil)
+		}
 	}
 }
 
@@ -396,7 +366,9 @@ func (a *Agent) thawAll(why string) {
 		return
 	}
 	for _, h := range a.freezer.Held() {
-		a.thaw(h.UID, "", "thawed_cleared", why, nil)
+		if !a.offLoop.killing[h.UID] {
+			a.thaw(h.UID, "", "thawed_cleared", why, nil)
+		}
 	}
 }
 

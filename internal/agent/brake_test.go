@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // fakeFreezer records what the loop asks of the brake; the cgroup side is
 // proven on real kernels in internal/brake.
 type fakeFreezer struct {
+	mu        sync.Mutex // the brake's kills run beside the loop
 	held      map[types.UID]brake.Hold
 	log       []string
 	freezeErr error
@@ -29,6 +31,8 @@ type fakeFreezer struct {
 func newFakeFreezer() *fakeFreezer { return &fakeFreezer{held: map[types.UID]brake.Hold{}} }
 
 func (f *fakeFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.log = append(f.log, "freeze "+pod.Name)
 	if f.freezeErr != nil {
 		return brake.Hold{}, f.freezeErr
@@ -43,6 +47,8 @@ func (f *fakeFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error)
 }
 
 func (f *fakeFreezer) Thaw(uid types.UID) (brake.Hold, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	h, ok := f.held[uid]
 	if ok {
 		f.log = append(f.log, "thaw "+string(uid))
@@ -52,6 +58,8 @@ func (f *fakeFreezer) Thaw(uid types.UID) (brake.Hold, bool, error) {
 }
 
 func (f *fakeFreezer) Kill(uid types.UID, _ time.Duration) (brake.Hold, int, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	h, ok := f.held[uid]
 	if ok {
 		f.log = append(f.log, "kill "+string(uid))
@@ -61,6 +69,8 @@ func (f *fakeFreezer) Kill(uid types.UID, _ time.Duration) (brake.Hold, int, boo
 }
 
 func (f *fakeFreezer) Held() []brake.Hold {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var out []brake.Hold
 	for _, h := range f.held {
 		out = append(out, h)
