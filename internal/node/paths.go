@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/evictiond/evictiond/internal/monitor"
+	"github.com/evictiond/evictiond/internal/nodefs"
 )
 
 // Paths say where the node's files are and how its cgroups are named: the
@@ -21,19 +22,12 @@ type Paths struct {
 	CgroupRoot     string
 }
 
-// The kubelet's and containerd's own defaults.
-const (
-	DefaultKubeletRootDir = "/var/lib/kubelet"
-	DefaultPodLogsDir     = "/var/log/pods"
-	DefaultImageFsDir     = "/var/lib/containerd"
-)
-
 // AddFlags declares the node's flags on fs.
 func (p *Paths) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.HostRoot, "host-root", "", "where the host's root is mounted (e.g. /host in the DaemonSet); prefixes /proc, /sys, the kubelet root and /var/log/pods")
-	fs.StringVar(&p.KubeletRootDir, "kubelet-root-dir", DefaultKubeletRootDir, "the kubelet's root dir (nodefs, pod volumes)")
-	fs.StringVar(&p.PodLogsDir, "pod-logs-dir", DefaultPodLogsDir, "the kubelet's pod log dir")
-	fs.StringVar(&p.ImageFsDir, "image-fs-dir", DefaultImageFsDir, "the runtime's image store, read when the CRI cannot say")
+	fs.StringVar(&p.KubeletRootDir, "kubelet-root-dir", nodefs.DefaultKubeletRootDir, "the kubelet's root dir (nodefs, pod volumes)")
+	fs.StringVar(&p.PodLogsDir, "pod-logs-dir", nodefs.DefaultPodLogsDir, "the kubelet's pod log dir")
+	fs.StringVar(&p.ImageFsDir, "image-fs-dir", nodefs.DefaultImageFsDir, "the runtime's image store, read when the CRI cannot say")
 	fs.StringVar(&p.CgroupDriver, "cgroup-driver", string(monitor.CgroupDriverCgroupfs), "the kubelet's cgroup driver: cgroupfs or systemd")
 	fs.StringVar(&p.CgroupRoot, "cgroup-root", "/", "the kubelet's --cgroup-root")
 }
