@@ -97,7 +97,7 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 		return fmt.Errorf("starting: %s", startStep.Load())
 	}}
 	var handler atomic.Pointer[http.Handler]
-	startupHandler := agent.Handler(m.Registry, nil, []agent.Check{starting})
+	startupHandler := Handler(m.Registry, nil, []agent.Check{starting})
 	handler.Store(&startupHandler)
 	srv, err := metricsserver.Start(ctx, metricsserver.Options{Flags: o.Serving, Client: client, Host: o.NodeName, Log: log,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) })})
@@ -162,10 +162,10 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 	live := []agent.Check{d.Agent.Live(2*time.Minute + 2*cfg.PodCleanupTimeout)}
 	ready := []agent.Check{
 		d.Agent.StatsFresh(10*interval + 2*cfg.PodCleanupTimeout + 10*time.Second),
-		agent.CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.Check(ctx, client) }),
-		agent.CachedCheck("cri", 10*time.Second, n.Ready),
+		CachedCheck("apiserver", 5*time.Second, func(ctx context.Context) error { return reach.Check(ctx, client) }),
+		CachedCheck("cri", 10*time.Second, n.Ready),
 	}
-	running := agent.Handler(m.Registry, live, ready)
+	running := Handler(m.Registry, live, ready)
 	handler.Store(&running)
 
 	log.Info("evictiond running", "config", o.ConfigPath, "thresholds", len(cfg.Thresholds), "dryRun", cfg.DryRun,
