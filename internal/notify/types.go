@@ -195,10 +195,11 @@ type Options struct {
 
 // Default values.
 const (
-	DefaultCgroupRoot      = "/sys/fs/cgroup"
-	DefaultKubepodsCgroup  = "kubepods"
-	DefaultProcRoot        = "/proc"
-	DefaultPollInterval    = 100 * time.Millisecond
+	DefaultCgroupRoot     = "/sys/fs/cgroup"
+	DefaultKubepodsCgroup = "kubepods"
+	DefaultProcRoot       = "/proc"
+	// DefaultPollInterval is the configuration's (notifier.pollInterval).
+	DefaultPollInterval    = policy.DefaultPollInterval
 	DefaultPollMinInterval = 5 * time.Millisecond
 	DefaultPollRampRate    = int64(1) << 30
 	// PollPIDRampRate is the fastest growth of tasks the poll assumes
@@ -207,8 +208,9 @@ const (
 	// setup bomb).
 	PollPIDRampRate      = 10000
 	DefaultRearmInterval = 5 * time.Second
-	DefaultPSIStall      = 100 * time.Millisecond
-	DefaultPSIWindow     = 2 * time.Second
+	// The configuration's notifier.psi defaults.
+	DefaultPSIStall  = policy.DefaultPSIStall
+	DefaultPSIWindow = policy.DefaultPSIWindow
 )
 
 // Mode of one notifier, as Status reports it.

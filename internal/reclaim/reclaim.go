@@ -49,12 +49,12 @@ import (
 // Defaults of Options, applied by New to zero fields.
 const (
 	// DefaultRuntimeEndpoint is containerd's CRI socket. CRI-O's is unix:///var/run/crio/crio.sock.
-	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	DefaultRuntimeEndpoint = policy.DefaultCRIEndpoint
 	// DefaultCallTimeout bounds every CRI call (and the connection attempt). The kubelet's
 	// runtimeRequestTimeout is 2m; image removal on a loaded disk is the slowest call here.
 	DefaultCallTimeout = 2 * time.Minute
 	// DefaultStateFile is where first-seen and last-used times of images are kept across restarts.
-	DefaultStateFile = "/var/lib/evictiond/images.json"
+	DefaultStateFile = policy.DefaultImageStateFile
 	// DefaultContainerLogsDir holds the kubelet's per-container symlinks into
 	// nodefs.DefaultPodLogsDir.
 	DefaultContainerLogsDir = "/var/log/containers"
