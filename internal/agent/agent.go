@@ -369,7 +369,7 @@ func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Po
 	known := make(map[types.UID]bool, 2*len(listed))
 	for _, p := range listed {
 		known[p.UID] = true
-		if m := p.Annotations[mirrorAnnotation]; m != "" {
+		if m := p.Annotations[policy.MirrorAnnotation]; m != "" {
 			known[types.UID(m)] = true
 		}
 	}
@@ -403,10 +403,6 @@ func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Po
 		"unknownCgroups", len(unknown), "missingFromCache", missing, "cached", len(listed), "listed", len(direct))
 	return direct, ""
 }
-
-// mirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey: a
-// static pod's mirror names the UID the node runs it under.
-const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // candidatesWanted is how many ranked pods the evictor may try in one pass:
 // its PDB ladder's length for this kind of pressure.
