@@ -16,7 +16,8 @@ import (
 )
 
 // Freezer stops pods at kernel speed: brake.PodFreezer on the node's pod
-// cgroups; simulate records what it would do.
+// cgroups (internal/node); a scenario's node holds them on the virtual clock
+// (internal/simulate). Both are a daemon.Node.
 type Freezer interface {
 	Freeze(pod *v1.Pod, maxFreeze time.Duration) (brake.Hold, error)
 	Thaw(uid types.UID) (brake.Hold, bool, error)

@@ -372,6 +372,12 @@ type BrakeResult struct {
 	Rate             string `json:"rate,omitempty"`
 	TimeToExhaustion string `json:"timeToExhaustion,omitempty"`
 	EvictionPath     string `json:"evictionPath"`
+	// Frozen and Killed name the pod the scenario's node froze before the
+	// request and killed once it was accepted; Thawed the holds ended
+	// without a kill (the request refused).
+	Frozen string   `json:"frozen,omitempty"`
+	Killed string   `json:"killed,omitempty"`
+	Thawed []string `json:"thawed,omitempty"`
 }
 
 func brakeResult(d policy.BrakeDecision, first policy.Candidate) *BrakeResult {
@@ -451,6 +457,7 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	}
 	if rep.Brake != nil && len(sel.Candidates) > 0 {
 		sr.Brake = brakeResult(rep.Brake.BrakeDecision, sel.Candidates[0])
+		sr.Brake.Frozen, sr.Brake.Killed, sr.Brake.Thawed = rep.Brake.Frozen, rep.Brake.Killed, rep.Brake.Thawed
 	}
 	if len(rep.Evictions) == 0 {
 		return sr
