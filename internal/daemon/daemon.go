@@ -1,11 +1,12 @@
-// Package daemon is evictiond's wiring: it builds the decision loop
+// Package daemon is evictiond's wiring: it owns the Node interface (node.go:
+// everything the loop needs from a node) and builds the decision loop
 // (agent.Agent) with the Kubernetes side (kube.Evictor, node informers, the
-// node status writer, Events) around injected parts, and reconfigures them
-// on every reload. `evictiond run` builds it with the real API client, the
-// monitor and the CRI reclaimer; `evictiond simulate` and the tests build it
-// with a client-go fake clientset and a scenario's stats on a virtual clock,
-// so every decision a simulation shows is the daemon's own. See
-// docs/architecture.md.
+// node status writer, Events) around a Node and clients, reconfiguring them
+// on every reload. `evictiond run` is RunProcess (process.go): the real API
+// client and the real node (internal/node); `evictiond simulate` and the
+// tests build it with a client-go fake clientset and a scenario's node on a
+// virtual clock, so every decision a simulation shows is the daemon's own.
+// See docs/architecture.md.
 package daemon
 
 import (
