@@ -105,7 +105,7 @@ func daemonEvictions(t *testing.T, file string) []eviction {
 	node := simulate.NewNode(sc, clk.Now)
 	client := node.Clientset()
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: node, Reclaimer: node, Clock: clk},
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Node: node, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		cancel()

@@ -14,15 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/simulate"
 )
-
-type noStats struct{}
-
-func (noStats) Observe(context.Context, []*corev1.Pod) agent.Observed        { return agent.Observed{} }
-func (noStats) ObserveUsage(context.Context, []*corev1.Pod, *agent.Observed) {}
 
 // TestRunPodCacheSeesPodsSoonAfterAPIServerRestarts restarts the real API server
 // twice, a minute apart (as make soak's cycles do, or a crash-looping or upgraded
@@ -45,7 +40,8 @@ func TestRunPodCacheSeesPodsSoonAfterAPIServerRestarts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := kubernetes.NewForConfigOrDie(rest.CopyConfig(env.Config))
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: noStats{}},
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client,
+		Node: simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: node}}, time.Now)},
 		daemon.Options{NodeName: node, NodeStatus: true, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/simulate"
 )
 
 // A fleet of agents against one API server (make bench-fleet): FLEET_NODES
@@ -183,11 +184,24 @@ func isWrite(key string) bool {
 	return v == "create" || v == "update" || v == "patch" || v == "delete"
 }
 
-// fleetStats is a node's synthetic reading: plenty of memory, or 50Mi of
-// 24Gi available (below the 100Mi hard threshold) while pressure is set.
-type fleetStats struct{ pressure *atomic.Bool }
+// fleetNode is a node's synthetic reading: plenty of memory, or 50Mi of
+// 24Gi available (below the 100Mi hard threshold) while pressure is set. The
+// rest of the node (freezer, reclaim, local stop) is a scenario's, with no
+// pods of its own.
+type fleetNode struct {
+	*simulate.Node
+	pressure *atomic.Bool
+}
 
-func (s fleetStats) Observe(_ context.Context, _ []*corev1.Pod) agent.Observed {
+func newFleetNode(name string, pressure *atomic.Bool) fleetNode {
+	return fleetNode{Node: simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: name}}, time.Now), pressure: pressure}
+}
+
+func (s fleetNode) ObserveFast() policy.Observations {
+	return s.Observe(context.Background(), nil).Observations
+}
+
+func (s fleetNode) Observe(_ context.Context, _ []*corev1.Pod) agent.Observed {
 	avail := int64(16 << 30)
 	if s.pressure.Load() {
 		avail = 50 << 20
@@ -196,7 +210,7 @@ func (s fleetStats) Observe(_ context.Context, _ []*corev1.Pod) agent.Observed {
 		policy.SignalMemoryAvailable: {Available: avail, Capacity: 24 << 30, Time: time.Now()}}, Pods: policy.PodStatsByUID{}}
 }
 
-func (s fleetStats) ObserveUsage(_ context.Context, pods []*corev1.Pod, obs *agent.Observed) {
+func (s fleetNode) ObserveUsage(_ context.Context, pods []*corev1.Pod, obs *agent.Observed) {
 	now := time.Now()
 	for i, p := range pods {
 		mem := int64(64+i) << 20
@@ -208,7 +222,7 @@ func (s fleetStats) ObserveUsage(_ context.Context, pods []*corev1.Pod, obs *age
 // (internal/daemon), minus what reads the machine (monitor, fast path,
 // reclaim) and the HTTP endpoints.
 func startFleetAgent(ctx context.Context, node string, self types.UID, base *rest.Config, cfg *policy.Config,
-	counter *requestCounter, stats agent.Stats, log *slog.Logger) (stop func(), err error) {
+	counter *requestCounter, n daemon.Node, log *slog.Logger) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var cleanups []func()
 	stop = func() {
@@ -222,7 +236,7 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 	restCfg.Wrap(reach.Wrap)
 	restCfg.Wrap(counter.wrap)
 	restCfg.UserAgent = "evictiond"
-	setClientLimits(restCfg)
+	daemon.SetClientLimits(restCfg)
 	// A dialer of its own: client-go shares one transport (one HTTP/2
 	// connection) between clients of equal TLS settings; every DaemonSet
 	// pod has its own.
@@ -231,7 +245,7 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 	if err != nil {
 		return stop, err
 	}
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Stats: stats, APIReachable: reach.Reachable},
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Node: n, APIReachable: reach.Reachable},
 		daemon.Options{NodeName: node, SelfUID: self, NodeStatus: true, Logger: log})
 	if err != nil {
 		return stop, fmt.Errorf("node %s: %w", node, err)
@@ -418,7 +432,7 @@ func BenchmarkFleet(b *testing.B) {
 	stops := make([]func(), o.nodes)
 	parallel(b, 16, o.nodes, func(i int) error {
 		var err error
-		stops[i], err = startFleetAgent(ctx, nodes[i], agentUIDs[i], agentCfgs[i], cfg, counter, fleetStats{pressure}, log.With("node", nodes[i]))
+		stops[i], err = startFleetAgent(ctx, nodes[i], agentUIDs[i], agentCfgs[i], cfg, counter, newFleetNode(nodes[i], pressure), log.With("node", nodes[i]))
 		return err
 	})
 	defer func() {
@@ -490,7 +504,7 @@ func BenchmarkFleet(b *testing.B) {
 
 	w := os.Stdout
 	fmt.Fprintf(w, "\nFleet: %d agents, %d pods, client QPS %v burst %v (per agent), API server %s\n",
-		o.nodes, o.pods, clientQPS, clientBurst, apiServerVersion(b))
+		o.nodes, o.pods, daemon.ClientQPS, daemon.ClientBurst, apiServerVersion(b))
 	fmt.Fprintf(w, "start-up: %v for all agents (informers synced); requests %s, 429s %d; API server RSS %d MiB before the agents\n",
 		started.Round(time.Millisecond), summarize(startCounts, 1), sum(startThrottled), before.rssKiB>>10)
 	fmt.Fprintf(w, "\n%-34s %12s %12s %12s %12s %12s\n", "request (verb resource)", "quiet /s", "storm total", "storm 429s", "flap total", "flap 429s")

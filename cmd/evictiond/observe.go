@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/monitor"
+	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -44,14 +45,12 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("observe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, observeUsage); fs.PrintDefaults() }
+	var paths node.Paths
+	paths.AddFlags(fs)
 	var (
 		once          = fs.Bool("once", false, "print one snapshot and exit (default: one every --interval until interrupted)")
 		output        = fs.String("o", "table", "output format: json or table")
 		interval      = fs.Duration("interval", time.Second, "time between snapshots without --once")
-		hostRoot      = fs.String("host-root", "", "where the host's root is mounted (e.g. /host in a DaemonSet); prepended to every host path")
-		kubeletRoot   = fs.String("kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root dir (nodefs, pod volumes)")
-		podLogs       = fs.String("pod-logs-dir", "/var/log/pods", "the kubelet's pod log dir")
-		imageFsDir    = fs.String("image-fs-dir", "/var/lib/containerd", "the runtime's image store, read when the CRI cannot say")
 		cgroupVersion = fs.Int("cgroup-version", 0, "1 or 2; 0 detects it")
 		memoryFormula = fs.String("memory-formula", "workingSet", "memory.available formula: workingSet (the kubelet's) or memAvailable")
 		housekeeping  = fs.Duration("housekeeping-interval", 10*time.Second, "cAdvisor housekeeping and pod disk usage refresh period")
@@ -61,15 +60,13 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 		noCAdvisor    = fs.Bool("no-cadvisor", false, "do not start the embedded cAdvisor (imagefs fallback then reads statfs)")
 		verbose       = fs.Bool("v", false, "log at debug level")
 	)
-	var cgroupDriver, cgroupRoot, kubeletConfig string
-	addNodeFlags(fs, &cgroupDriver, &cgroupRoot, &kubeletConfig)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if _, err := monitor.ParseCgroupDriver(cgroupDriver); err != nil {
+	if err := paths.Validate(); err != nil {
 		fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
 		return 2
 	}
@@ -89,21 +86,11 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	klog.SetSlogLogger(logger) // cAdvisor logs through klog
 
-	cfg := monitor.Config{
-		HostRoot:             *hostRoot,
-		KubeletRootDir:       *kubeletRoot,
-		PodLogsDir:           *podLogs,
-		ImageFsDir:           *imageFsDir,
-		CgroupDriver:         monitor.CgroupDriver(cgroupDriver),
-		CgroupRoot:           cgroupRoot,
-		KubeletConfigFile:    kubeletConfig,
-		CgroupVersion:        monitor.CgroupVersion(*cgroupVersion),
-		MemoryFormula:        formula,
-		HousekeepingInterval: *housekeeping,
-		DisableCAdvisor:      *noCAdvisor,
-		Logger:               logger,
-	}
-	rtEP, err := monitor.DetectRuntimeEndpoint(*runtimeSocket, *hostRoot, kubeletConfig)
+	cfg := paths.MonitorConfig()
+	cfg.CgroupVersion = monitor.CgroupVersion(*cgroupVersion)
+	cfg.MemoryFormula, cfg.HousekeepingInterval = formula, *housekeeping
+	cfg.DisableCAdvisor, cfg.Logger = *noCAdvisor, logger
+	rtEP, err := paths.DetectRuntime(*runtimeSocket)
 	if err != nil {
 		logger.Warn("runtime socket detection", "err", err)
 	}

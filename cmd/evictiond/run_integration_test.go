@@ -33,6 +33,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
@@ -214,10 +215,10 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *runningDaemon {
 	addr := freeAddress(t)
 	// Plain /metrics with the probes on one address: the secure endpoint has its own
 	// tests against this API server (internal/metricsserver).
-	f := &runFlags{config: cm.path(), kubeconfig: env.KubeconfigPath, nodeName: node,
-		serving:     metricsserver.Flags{MetricsAddress: addr, HealthAddress: addr, Secure: false},
-		kubeletRoot: t.TempDir(), podLogs: t.TempDir(), imageFsDir: t.TempDir(),
-		cgroupDriver: "cgroupfs", cgroupRoot: cgroupRoot, dryRun: o.dryRun}
+	f := &runFlags{ProcessOptions: daemon.ProcessOptions{ConfigPath: cm.path(), Kubeconfig: env.KubeconfigPath, NodeName: node,
+		Serving: metricsserver.Flags{MetricsAddress: addr, HealthAddress: addr, Secure: false}, DryRun: o.dryRun}}
+	f.Node.KubeletRootDir, f.Node.PodLogsDir, f.Node.ImageFsDir = t.TempDir(), t.TempDir(), t.TempDir()
+	f.Node.CgroupDriver, f.Node.CgroupRoot = "cgroupfs", cgroupRoot
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", node)
 	runCtx, cancel := context.WithCancel(ctx)

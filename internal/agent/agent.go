@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -36,7 +37,9 @@ type Options struct {
 	// thresholds). The engine is updated by the agent itself.
 	OnConfig func(*policy.Config)
 	Clock    policy.Clock
-	Logger   *slog.Logger
+	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
+	Sleep  func(time.Duration)
+	Logger *slog.Logger
 }
 
 // Agent is the decision loop and its state.
@@ -44,7 +47,7 @@ type Agent struct {
 	opts   Options
 	engine *policy.Engine
 	stats  Stats
-	// sleep waits before the brake's resample (time.Sleep; tests record it).
+	// sleep waits before the brake's resample (Options.Sleep; tests record it).
 	sleep    func(time.Duration)
 	pods     Pods
 	status   NodeStatus
@@ -65,6 +68,10 @@ type Agent struct {
 	// stages times the current pass's steps up to the brake, for the
 	// brake's log line (where the milliseconds from the crossing went).
 	stages passStages
+	// watch follows the last graceful victim of a hard threshold between
+	// passes; offLoop runs the brake's kills beside the loop (victims.go).
+	watch   *gracefulWatch
+	offLoop *offLoop
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -94,10 +101,13 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
+	if opts.Sleep == nil {
+		opts.Sleep = time.Sleep
+	}
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
-		freezer: deps.Freezer, sleep: time.Sleep}
+		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop()}
 	a.resetThresholdGauges()
 	return a
 }
@@ -128,10 +138,30 @@ func (a *Agent) Run(ctx context.Context) {
 	defer ticker.Stop()
 	defer a.thawAll("evictiond stopping")
 	a.pass(ctx, "start")
+	// watchTimer ticks the graceful watch while there is one; a pass may
+	// start a watch or end it.
+	var watchTimer *time.Timer
+	var watchC <-chan time.Time
+	defer func() {
+		if watchTimer != nil {
+			watchTimer.Stop()
+		}
+	}()
 	for {
+		if a.watch == nil {
+			watchC = nil
+		} else if watchC == nil {
+			watchTimer = time.NewTimer(a.engine.Config().Brake.SampleInterval)
+			watchC = watchTimer.C
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-watchC:
+			watchC = nil
+			a.watchTick()
+		case <-a.offLoop.ready:
+			a.finishKills()
 		case cfg := <-a.reloads:
 			a.applyConfig(cfg)
 			if cfg.LoopInterval != interval {
@@ -170,7 +200,7 @@ type Report struct {
 	Selection *policy.Selection
 	// Evictions are the Evictor's answers, in order: local-storage violators
 	// (several) or the threshold eviction (one).
-	Evictions []EvictResult
+	Evictions []eviction.Result
 	// Deferred counts local-storage violators left for the next pass
 	// (eviction.rateLimits.maxPerPass).
 	Deferred int
@@ -193,13 +223,16 @@ type ReclaimReport struct {
 // ReclaimStepReport is one reclaim step's result.
 type ReclaimStepReport struct {
 	Step policy.ReclaimStep
-	ReclaimResult
+	eviction.ReclaimResult
 }
 
 // Pass runs one decision now; Run calls it on every wake. Exported for
 // `evictiond simulate`, which drives the loop on a virtual clock.
+// It settles what the pass left beside the loop (the graceful watch, on the
+// clock; the brake's kills) before it returns, so the report is complete.
 func (a *Agent) Pass(ctx context.Context, source string) Report {
 	rep := a.pass(ctx, source)
+	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
 	return rep
 }
@@ -221,10 +254,9 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
+	a.finishKills()
 
-	if r, ok := a.evictor.(PendingReporter); ok {
-		r.ReportPending(ctx, a.log)
-	}
+	a.evictor.ReportPending(ctx, a.log)
 	listed, err := a.pods.ListPods()
 	if err != nil {
 		rep.Err = fmt.Sprintf("listing pods: %v", err)
@@ -319,29 +351,25 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	}
 	a.lastHeldBack = ""
 	a.metrics.StatsAge.WithLabelValues(string(starved.Threshold.Signal)).Observe(a.opts.Clock.Now().Sub(fresh[starved.Threshold.Signal].Time).Seconds())
-	rep.Evictions = []EvictResult{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
+	rep.Evictions = []eviction.Result{a.evictWithBrake(ctx, assessment, pods, sel.Candidates, fresh, &rep)}
 	return rep
 }
 
 // podsBehindCache checks, when a hard threshold finds no pod to evict, whether
 // the pod cache is behind the node: pod cgroups under kubepods that no cached
 // pod (listed: all of the cache's, terminal ones included) accounts for. If so
-// it lists the node's pods from the API server (DirectPods, rate-limited) and
+// it lists the node's pods from the API server (ListPodsDirect, rate-limited) and
 // returns that list when it holds pods the cache does not, for the pass to run
 // again on it; otherwise a note for the log on what it found.
 func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Pod, string) {
-	cg, ok := a.stats.(PodCgroups)
-	if !ok {
-		return nil, ""
-	}
-	uids, err := cg.PodCgroupUIDs()
+	uids, err := a.stats.PodCgroupUIDs()
 	if err != nil {
 		return nil, fmt.Sprintf("pod cgroups unreadable: %v", err)
 	}
 	known := make(map[types.UID]bool, 2*len(listed))
 	for _, p := range listed {
 		known[p.UID] = true
-		if m := p.Annotations[mirrorAnnotation]; m != "" {
+		if m := p.Annotations[policy.MirrorAnnotation]; m != "" {
 			known[types.UID(m)] = true
 		}
 	}
@@ -354,11 +382,7 @@ func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Po
 	if len(unknown) == 0 {
 		return nil, ""
 	}
-	dp, ok := a.pods.(DirectPods)
-	if !ok {
-		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache", len(unknown))
-	}
-	direct, err := dp.ListPodsDirect(ctx)
+	direct, err := a.pods.ListPodsDirect(ctx)
 	if err != nil {
 		return nil, fmt.Sprintf("%d pod cgroups unknown to the pod cache; listing the node's pods from the API server: %v", len(unknown), err)
 	}
@@ -379,10 +403,6 @@ func (a *Agent) podsBehindCache(ctx context.Context, listed []*v1.Pod) ([]*v1.Po
 		"unknownCgroups", len(unknown), "missingFromCache", missing, "cached", len(listed), "listed", len(direct))
 	return direct, ""
 }
-
-// mirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey: a
-// static pod's mirror names the UID the node runs it under.
-const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // candidatesWanted is how many ranked pods the evictor may try in one pass:
 // its PDB ladder's length for this kind of pressure.
@@ -522,12 +542,12 @@ func (a *Agent) reclaimNode(ctx context.Context, plan *policy.NodeReclaim, pods 
 
 // evict hands the ranked candidates to the evictor and records the outcome;
 // a pod taken down is tracked by the engine until it is gone.
-func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) EvictResult {
+func (a *Agent) evict(ctx context.Context, cands []policy.Candidate, obs policy.Observations) eviction.Result {
 	return a.recordEviction(a.evictor.Evict(ctx, cands), cands, obs)
 }
 
 // recordEviction logs and counts the evictor's answer.
-func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs policy.Observations) EvictResult {
+func (a *Agent) recordEviction(res eviction.Result, cands []policy.Candidate, obs policy.Observations) eviction.Result {
 	signal := string(cands[0].Signal)
 	a.metrics.Evictions.WithLabelValues(signal, string(res.Outcome)).Inc()
 	if res.Victim == nil {
@@ -539,13 +559,13 @@ func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs po
 	v := res.Victim
 	o := obs[v.Signal]
 	msg := "pod evicted"
-	if res.Outcome == OutcomeDryRun {
+	if res.Outcome == eviction.OutcomeDryRun {
 		msg = "dry run: pod would be evicted"
 	}
 	a.log.Warn(msg, "outcome", res.Outcome, "pod", v.Pod.Namespace+"/"+v.Pod.Name, "uid", v.Pod.UID,
 		"signal", v.Signal, "hard", v.Hard, "gracePeriodSeconds", v.GracePeriodSeconds,
 		"available", policy.FormatValue(v.Signal, o.Available), "why", v.Reason, "message", v.Message)
-	if res.Outcome == OutcomeDryRun {
+	if res.Outcome == eviction.OutcomeDryRun {
 		a.recorder.AnnotatedEventf(v.Pod, v.Annotations, v1.EventTypeWarning, "WouldEvict",
 			"Dry run: would evict. %s(%s)", v.Message, v.Reason)
 		return res
@@ -559,9 +579,9 @@ func (a *Agent) recordEviction(res EvictResult, cands []policy.Candidate, obs po
 // evictLocalStorage evicts pods over their local storage limits, up to the
 // per-pass maximum (the kubelet evicts all of them in one pass); it returns
 // the answers and how many violators wait for the next pass.
-func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) ([]EvictResult, int) {
+func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate) ([]eviction.Result, int) {
 	maxPerPass := a.engine.Config().RateLimits.MaxPerPass
-	var out []EvictResult
+	var out []eviction.Result
 	for i, c := range cands {
 		if i >= maxPerPass {
 			a.log.Info("local-storage evictions deferred to the next pass", "remaining", len(cands)-i, "maxPerPass", maxPerPass)

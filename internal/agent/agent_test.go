@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -47,9 +48,20 @@ func (s *fakeStats) Observe(ctx context.Context, pods []*v1.Pod) Observed {
 
 func (s *fakeStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed) {}
 
+// ObserveFast reads everything again (a node without a separate fast read).
+func (s *fakeStats) ObserveFast() policy.Observations {
+	return s.Observe(context.Background(), nil).Observations
+}
+
+func (s *fakeStats) FastReadings() []policy.Observations { return nil }
+
+func (s *fakeStats) PodCgroupUIDs() ([]types.UID, error) { return nil, nil }
+
 type fakePods struct{ pods []*v1.Pod }
 
 func (p *fakePods) ListPods() ([]*v1.Pod, error) { return p.pods, nil }
+
+func (p *fakePods) ListPodsDirect(context.Context) ([]*v1.Pod, error) { return p.pods, nil }
 
 type fakeStatus struct{ last []v1.NodeConditionType }
 
@@ -57,13 +69,15 @@ func (s *fakeStatus) SetConditions(c []v1.NodeConditionType) { s.last = c }
 
 type fakeEvictor struct {
 	calls   [][]policy.Candidate
-	outcome Outcome
+	outcome eviction.Outcome
 }
 
-func (e *fakeEvictor) Evict(ctx context.Context, c []policy.Candidate) EvictResult {
+func (e *fakeEvictor) ReportPending(context.Context, *slog.Logger) {}
+
+func (e *fakeEvictor) Evict(ctx context.Context, c []policy.Candidate) eviction.Result {
 	e.calls = append(e.calls, c)
 	v := c[0]
-	return EvictResult{Outcome: e.outcome, Victim: &v}
+	return eviction.Result{Outcome: e.outcome, Victim: &v}
 }
 
 type fakeReclaimer struct {
@@ -72,12 +86,12 @@ type fakeReclaimer struct {
 	freed int64
 }
 
-func (r *fakeReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) ReclaimResult {
+func (r *fakeReclaimer) Reclaim(ctx context.Context, step policy.ReclaimStep, sig policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult {
 	r.steps = append(r.steps, step)
 	if r.stats.afterReclaim != nil {
 		r.stats.obs = r.stats.afterReclaim
 	}
-	return ReclaimResult{Freed: r.freed, Items: 1}
+	return eviction.ReclaimResult{Freed: r.freed, Items: 1}
 }
 
 func pod(name string, memReq string) *v1.Pod {
@@ -102,7 +116,7 @@ func newTestAgent(t *testing.T, yaml string) (*Agent, *fakeClock, *fakeStats, *f
 		"hog":  {MemoryWorkingSet: i64(3 << 30)},
 		"calm": {MemoryWorkingSet: i64(100 << 20)},
 	}}
-	ev := &fakeEvictor{outcome: OutcomeEvicted}
+	ev := &fakeEvictor{outcome: eviction.OutcomeEvicted}
 	st := &fakeStatus{}
 	rec := record.NewFakeRecorder(100)
 	a := New(cfg, Deps{Stats: stats, Pods: &fakePods{pods: []*v1.Pod{pod("hog", "100Mi"), pod("calm", "1Gi")}},
@@ -172,7 +186,7 @@ func TestPass_NodeReclaimThatFallsShortEvicts(t *testing.T) {
 
 func TestPass_DryRunRecordsWouldEvictAndDoesNotWait(t *testing.T) {
 	a, _, stats, ev, _, rec := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\ndryRun: true\n")
-	ev.outcome = OutcomeDryRun
+	ev.outcome = eviction.OutcomeDryRun
 	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
 	a.pass(context.Background(), "test")
 	if !eventsContain(rec, "WouldEvict") {
@@ -287,13 +301,13 @@ func TestPass_ThresholdMetEventOncePerEpisodeNotPerCrossing(t *testing.T) {
 
 func TestPass_AVictimHeldBackByTheEvictorIsNotAwaited(t *testing.T) {
 	a, clock, stats, ev, _, _ := newTestAgent(t, "evictionHard: {memory.available: 500Mi}\n")
-	ev.outcome = OutcomeCoolingDown
+	ev.outcome = eviction.OutcomeCoolingDown
 	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 400 << 20, Capacity: 8 << 30}}
 	rep := a.Pass(context.Background(), "test")
-	if len(rep.Evictions) != 1 || rep.Evictions[0].Outcome != OutcomeCoolingDown || len(rep.Pending) != 0 {
+	if len(rep.Evictions) != 1 || rep.Evictions[0].Outcome != eviction.OutcomeCoolingDown || len(rep.Pending) != 0 {
 		t.Fatalf("evictions %+v pending %v; want one cooling_down answer and nothing pending", rep.Evictions, rep.Pending)
 	}
-	ev.outcome = OutcomeEvicted
+	ev.outcome = eviction.OutcomeEvicted
 	clock.now = clock.now.Add(time.Second)
 	rep = a.Pass(context.Background(), "test")
 	if len(ev.calls) != 2 || len(rep.Pending) != 1 || rep.Pending[0] != "ns/hog" {

@@ -11,11 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // Freezer stops pods at kernel speed: brake.PodFreezer on the node's pod
-// cgroups; simulate records what it would do.
+// cgroups (internal/node); a scenario's node holds them on the virtual clock
+// (internal/simulate). Both are a daemon.Node.
 type Freezer interface {
 	Freeze(pod *v1.Pod, maxFreeze time.Duration) (brake.Hold, error)
 	Thaw(uid types.UID) (brake.Hold, bool, error)
@@ -53,7 +55,7 @@ type BrakeReport struct {
 // long a time, the fast poll's readings taken during the ranking are looked
 // at, and if they do not tell either, the node is read once more
 // brake.sampleInterval after the pass's reading before deciding.
-func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) EvictResult {
+func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, cands []policy.Candidate, obs policy.Observations, rep *Report) eviction.Result {
 	cfg := a.engine.Config()
 	d := a.engine.Brake(as)
 	if d.Resample && !d.Fire && len(a.recordFastReadings()) > 0 {
@@ -70,7 +72,7 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 		if wait > 0 {
 			a.sleep(wait)
 		}
-		a.engine.RecordReadings(a.readFast(ctx, pods))
+		a.engine.RecordReadings(a.readFast())
 		first := d.Reason
 		d = a.engine.Brake(as)
 		a.log.Debug("brake: read again before deciding", "signal", d.Signal, "first", first, "then", d.Reason)
@@ -103,9 +105,9 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 
 	res := a.evictor.Evict(ctx, cands)
 	a.resolveHolds(res, d, held, crossing, br)
-	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == OutcomeEvicted &&
+	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == eviction.OutcomeEvicted &&
 		res.Victim != nil && as.Starved.Threshold.Hard() && d.Signal.Brakeable() && d.TimeToExhaustion >= 0 {
-		a.watchGraceful(ctx, as, pods, res, crossing, br)
+		a.startWatch(as, res, crossing, br)
 	}
 	return a.recordEviction(res, cands, obs)
 }
@@ -115,7 +117,8 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 const brakeWatchMax = 2 * time.Second
 
 // watchGraceful follows a hard threshold's signal after a graceful eviction
-// was accepted, reading the fast signals every brake.sampleInterval until the
+// was accepted, reading the fast signals every brake.sampleInterval (one
+// reading per call: the loop's watch timer, see victims.go) until the
 // victim's resource comes back (the signal stops falling or is above the
 // threshold again), at most brakeWatchMax: a writer measured slow at the
 // crossing (starved of CPU then) can ramp at full speed right after it, and
@@ -124,38 +127,33 @@ const brakeWatchMax = 2 * time.Second
 // bounded by the time to exhaustion estimated at the crossing: a ramp that
 // slowed past it and sped up again before the victim stopped would be left to
 // the OOM killer. When the brake fires on the new readings, the victim — its
-// eviction already accepted — is frozen and killed on the node at once.
-func (a *Agent) watchGraceful(ctx context.Context, as *policy.Assessment, pods []*v1.Pod, res EvictResult, crossing time.Time, br *BrakeReport) {
-	cfg := a.engine.Config().Brake
-	sig := as.Starved.Threshold.Signal
-	until := a.opts.Clock.Now().Add(brakeWatchMax)
-	last := as.Starved.Observation.Time
-	for a.opts.Clock.Now().Before(until) && ctx.Err() == nil {
-		a.sleep(cfg.SampleInterval)
-		obs := a.readFast(ctx, pods)
-		o, ok := obs[sig]
-		if !ok || !o.Time.After(last) {
-			return // no newer reading (simulate's steps): nothing to follow
-		}
-		last = o.Time
-		a.engine.RecordReadings(obs)
-		if o.Available >= as.Starved.Quantity {
-			return // the resource came back
-		}
-		d := a.engine.Brake(as)
-		if d.TimeToExhaustion < 0 {
-			return // not falling any more: the victim is releasing it
-		}
-		if !d.Fire {
-			continue
-		}
-		br.BrakeDecision = d
-		if h, ok := a.freezeVictim(res.Victim.Pod, d, crossing, br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",
-			"brake: freeze of the gracefully evicted victim failed; it terminates on the normal path"); ok {
-			a.killHeld(res, h, d, crossing, br)
-		}
-		return
+// eviction already accepted — is frozen and killed on the node at once. It
+// returns true when the watch is over.
+func (a *Agent) watchGraceful(w *gracefulWatch) bool {
+	sig := w.as.Starved.Threshold.Signal
+	obs := a.readFast()
+	o, ok := obs[sig]
+	if !ok || !o.Time.After(w.last) {
+		return true // no newer reading (simulate's steps): nothing to follow
 	}
+	w.last = o.Time
+	a.engine.RecordReadings(obs)
+	if o.Available >= w.as.Starved.Quantity {
+		return true // the resource came back
+	}
+	d := a.engine.Brake(w.as)
+	if d.TimeToExhaustion < 0 {
+		return true // not falling any more: the victim is releasing it
+	}
+	if !d.Fire {
+		return false
+	}
+	w.br.BrakeDecision = d
+	if h, ok := a.freezeVictim(w.res.Victim.Pod, d, w.crossing, w.br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",
+		"brake: freeze of the gracefully evicted victim failed; it terminates on the normal path"); ok {
+		a.killHeld(w.res, h, d, w.crossing, w.br)
+	}
+	return true
 }
 
 // brakePending brakes a victim whose graceful eviction for the starved hard
@@ -194,11 +192,8 @@ func (a *Agent) brakePending(as *policy.Assessment, pods []*v1.Pod) *BrakeReport
 	if !ok {
 		return br
 	}
-	res := EvictResult{Outcome: OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
+	res := eviction.Result{Outcome: eviction.OutcomeEvicted, Victim: &policy.Candidate{Pod: victim, Signal: s.Threshold.Signal}}
 	a.killHeld(res, h, d, crossing, br)
-	if res.Victim.Braked {
-		a.engine.MarkBraked(victim.UID)
-	}
 	return br
 }
 
@@ -225,11 +220,7 @@ func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.
 // recordFastReadings hands the fast readings taken since the last call
 // (the fast poll's) to the engine's rate history, and returns them.
 func (a *Agent) recordFastReadings() []policy.Observations {
-	h, ok := a.stats.(FastHistory)
-	if !ok {
-		return nil
-	}
-	r := h.FastReadings()
+	r := a.stats.FastReadings()
 	a.engine.RecordReadings(r...)
 	return r
 }
@@ -274,14 +265,8 @@ func (p *passStages) logAttrs() []any {
 	return attrs
 }
 
-// readFast reads the signals the brake races on: the fast ones alone when
-// the Stats can, everything otherwise.
-func (a *Agent) readFast(ctx context.Context, pods []*v1.Pod) policy.Observations {
-	if f, ok := a.stats.(FastStats); ok {
-		return f.ObserveFast()
-	}
-	return a.stats.Observe(ctx, pods).Observations
-}
+// readFast reads the signals the brake races on.
+func (a *Agent) readFast() policy.Observations { return a.stats.ObserveFast() }
 
 // resolveHolds ends the brake's holds after an eviction request: the
 // accepted victim is killed on the node (a held pod always, whatever the
@@ -289,7 +274,7 @@ func (a *Agent) readFast(ctx context.Context, pods []*v1.Pod) policy.Observation
 // pod not held when the brake fired for this pass, frozen and killed too);
 // on an unanswered request (API error) the holds stay, bounded by
 // brake.maxFreeze; every other hold is thawed.
-func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brake.Hold, crossing time.Time, br *BrakeReport) {
+func (a *Agent) resolveHolds(res eviction.Result, d policy.BrakeDecision, held *brake.Hold, crossing time.Time, br *BrakeReport) {
 	if a.freezer == nil {
 		return
 	}
@@ -300,17 +285,19 @@ func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brak
 	killVictim := victim != ""
 	for _, h := range a.freezer.Held() {
 		switch {
+		case a.offLoop.killing[h.UID]:
+			killVictim = killVictim && h.UID != victim
 		case h.UID == victim:
 			killVictim = false
 			a.killHeld(res, h, d, crossing, br)
-		case res.Outcome == OutcomeAPIError:
+		case res.Outcome == eviction.OutcomeAPIError:
 			a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "held").Inc()
 			a.log.Warn("brake: eviction not answered; pod stays frozen", "pod", h.Pod, "until", h.Deadline.Format(time.RFC3339Nano), "err", res.Err)
 		default:
 			a.thaw(h.UID, string(d.Signal), "thawed_refused", fmt.Sprintf("its eviction was not made (%s)", res.Outcome), br)
 		}
 	}
-	if killVictim && d.Fire && held != nil && res.Outcome != OutcomeStoppedLocally {
+	if killVictim && d.Fire && held != nil && res.Outcome != eviction.OutcomeStoppedLocally {
 		// The ladder moved on from the frozen pod to another one: stop that one as fast.
 		h, err := a.freezer.Freeze(res.Victim.Pod, a.engine.Config().Brake.MaxFreeze)
 		if err != nil {
@@ -320,33 +307,6 @@ func (a *Agent) resolveHolds(res EvictResult, d policy.BrakeDecision, held *brak
 		}
 		a.killHeld(res, h, d, crossing, br)
 	}
-}
-
-// killHeld kills a held pod whose eviction was accepted.
-func (a *Agent) killHeld(res EvictResult, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
-	result := "killed"
-	if res.Outcome == OutcomeStoppedLocally {
-		result = "killed_locally" // the local stop killed it first (brake.KillBeforeStop), or now
-	}
-	_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)
-	freedAt := time.Now()
-	if err != nil {
-		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "kill_failed").Inc()
-		a.log.Error("brake: kill failed; the pod terminates on the normal path", "pod", h.Pod, "err", err)
-		return
-	}
-	res.Victim.Braked = true
-	br.Killed = h.Pod
-	a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), result).Inc()
-	sinceCrossing := freedAt.Sub(crossing)
-	a.metrics.BrakeCrossingToFreed.WithLabelValues(string(d.Signal)).Observe(sinceCrossing.Seconds())
-	frozenAfter := h.FrozenAt.Sub(crossing)
-	a.log.Warn("brake: pod killed after its eviction was accepted", "pod", h.Pod, "uid", h.UID, "outcome", res.Outcome,
-		"processes", n, "crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-		"freedAt", freedAt.Format(time.RFC3339Nano), "crossingToFrozen", frozenAfter, "crossingToFreed", sinceCrossing)
-	a.recorder.Eventf(res.Victim.Pod, v1.EventTypeWarning, EventReasonBraked,
-		"Frozen %v after the crossing of %s, killed after the eviction was accepted (%s; %d processes, freed %v after the crossing): %s",
-		frozenAfter.Round(100*time.Microsecond), d.Signal, res.Outcome, n, sinceCrossing.Round(time.Millisecond), d.Reason)
 }
 
 // thaw ends a hold without a kill.
@@ -362,9 +322,10 @@ func (a *Agent) thaw(uid types.UID, signal, result, why string, br *BrakeReport)
 		a.log.Error("brake: thaw failed", "pod", h.Pod, "err", err)
 	}
 	a.metrics.BrakeTotal.WithLabelValues(signal, result).Inc()
-	a.log.Warn("brake: pod thawed", "pod", h.Pod, "why", why, "frozenFor", time.Since(h.FrozenAt))
+	frozenFor := a.opts.Clock.Now().Sub(h.FrozenAt)
+	a.log.Warn("brake: pod thawed", "pod", h.Pod, "why", why, "frozenFor", frozenFor)
 	a.recorder.Eventf(podRefOf(h), v1.EventTypeNormal, EventReasonBrakeThawed, "Thawed after %v frozen: %s",
-		time.Since(h.FrozenAt).Round(time.Millisecond), why)
+		frozenFor.Round(time.Millisecond), why)
 }
 
 // releaseBrake thaws every hold once no hard threshold is met any more.
@@ -382,7 +343,9 @@ func (a *Agent) releaseBrake(as *policy.Assessment) {
 		}
 	}
 	for _, h := range held {
-		a.thaw(h.UID, "", "thawed_cleared", "the pressure cleared", nil)
+		if !a.offLoop.killing[h.UID] {
+			a.thaw(h.UID, "", "thawed_cleared", "the pressure cleared", nil)
+		}
 	}
 }
 
@@ -404,7 +367,9 @@ func (a *Agent) thawAll(why string) {
 		return
 	}
 	for _, h := range a.freezer.Held() {
-		a.thaw(h.UID, "", "thawed_cleared", why, nil)
+		if !a.offLoop.killing[h.UID] {
+			a.thaw(h.UID, "", "thawed_cleared", why, nil)
+		}
 	}
 }
 

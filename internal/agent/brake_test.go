@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,12 +15,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // fakeFreezer records what the loop asks of the brake; the cgroup side is
 // proven on real kernels in internal/brake.
 type fakeFreezer struct {
+	mu        sync.Mutex // the brake's kills run beside the loop
 	held      map[types.UID]brake.Hold
 	log       []string
 	freezeErr error
@@ -28,6 +31,8 @@ type fakeFreezer struct {
 func newFakeFreezer() *fakeFreezer { return &fakeFreezer{held: map[types.UID]brake.Hold{}} }
 
 func (f *fakeFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.log = append(f.log, "freeze "+pod.Name)
 	if f.freezeErr != nil {
 		return brake.Hold{}, f.freezeErr
@@ -42,6 +47,8 @@ func (f *fakeFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error)
 }
 
 func (f *fakeFreezer) Thaw(uid types.UID) (brake.Hold, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	h, ok := f.held[uid]
 	if ok {
 		f.log = append(f.log, "thaw "+string(uid))
@@ -51,6 +58,8 @@ func (f *fakeFreezer) Thaw(uid types.UID) (brake.Hold, bool, error) {
 }
 
 func (f *fakeFreezer) Kill(uid types.UID, _ time.Duration) (brake.Hold, int, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	h, ok := f.held[uid]
 	if ok {
 		f.log = append(f.log, "kill "+string(uid))
@@ -60,6 +69,8 @@ func (f *fakeFreezer) Kill(uid types.UID, _ time.Duration) (brake.Hold, int, boo
 }
 
 func (f *fakeFreezer) Held() []brake.Hold {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var out []brake.Hold
 	for _, h := range f.held {
 		out = append(out, h)
@@ -72,23 +83,25 @@ func (f *fakeFreezer) Held() []brake.Hold {
 // does, the first other one gets outcome.
 type ladderEvictor struct {
 	refuse  map[string]bool
-	outcome Outcome
+	outcome eviction.Outcome
 	calls   int
 }
 
-func (e *ladderEvictor) Evict(ctx context.Context, cands []policy.Candidate) EvictResult {
+func (e *ladderEvictor) ReportPending(context.Context, *slog.Logger) {}
+
+func (e *ladderEvictor) Evict(ctx context.Context, cands []policy.Candidate) eviction.Result {
 	e.calls++
 	for _, c := range cands {
 		if e.refuse[c.Pod.Name] {
 			continue
 		}
 		if !e.outcome.Disrupted() {
-			return EvictResult{Outcome: e.outcome, Err: fmt.Errorf("%s", e.outcome)}
+			return eviction.Result{Outcome: e.outcome, Err: fmt.Errorf("%s", e.outcome)}
 		}
 		v := c
-		return EvictResult{Outcome: e.outcome, Victim: &v}
+		return eviction.Result{Outcome: e.outcome, Victim: &v}
 	}
-	return EvictResult{Outcome: OutcomePDBBlocked}
+	return eviction.Result{Outcome: eviction.OutcomePDBBlocked}
 }
 
 // brakeAgent is an agent with the brake wired to a fake freezer, on a hard
@@ -113,7 +126,7 @@ func ramp(a *Agent, clock *fakeClock, stats *fakeStats, avail ...int64) Report {
 }
 
 func TestBrake_FastRampFreezesThenKillsTheAcceptedVictim(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	rep := ramp(a, clock, stats, 700<<20, 470<<20) // 2.3 GiB/s
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
 		t.Errorf("freezer calls %q, want the hog frozen before the request and killed after", got)
@@ -127,7 +140,7 @@ func TestBrake_FastRampFreezesThenKillsTheAcceptedVictim(t *testing.T) {
 }
 
 func TestBrake_SlowRampKeepsTheGracefulPath(t *testing.T) {
-	ev := &ladderEvictor{outcome: OutcomeEvicted}
+	ev := &ladderEvictor{outcome: eviction.OutcomeEvicted}
 	a, clock, stats, fz := brakeAgent(t, "", ev)
 	rep := ramp(a, clock, stats, 510<<20, 500<<20, 490<<20) // 100 MiB/s: 4.9s to go
 	if len(fz.log) != 0 {
@@ -139,10 +152,10 @@ func TestBrake_SlowRampKeepsTheGracefulPath(t *testing.T) {
 }
 
 func TestBrake_RefusalsThaw(t *testing.T) {
-	for _, outcome := range []Outcome{OutcomePDBBlocked, OutcomeGone, OutcomeThrottled, OutcomeRateLimited, OutcomeCoolingDown} {
+	for _, outcome := range []eviction.Outcome{eviction.OutcomePDBBlocked, eviction.OutcomeGone, eviction.OutcomeThrottled, eviction.OutcomeRateLimited, eviction.OutcomeCoolingDown} {
 		t.Run(string(outcome), func(t *testing.T) {
 			ev := &ladderEvictor{outcome: outcome}
-			if outcome == OutcomePDBBlocked {
+			if outcome == eviction.OutcomePDBBlocked {
 				ev.refuse = map[string]bool{"hog": true, "calm": true}
 			}
 			a, clock, stats, fz := brakeAgent(t, "", ev)
@@ -158,7 +171,7 @@ func TestBrake_RefusalsThaw(t *testing.T) {
 }
 
 func TestBrake_LadderMovedOnThawsTheRefusedAndKillsTheAccepted(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted, refuse: map[string]bool{"hog": true}})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted, refuse: map[string]bool{"hog": true}})
 	ramp(a, clock, stats, 700<<20, 470<<20)
 	if got := strings.Join(fz.log, ", "); got != "freeze hog, thaw hog, freeze calm, kill calm" {
 		t.Errorf("freezer calls %q", got)
@@ -166,7 +179,7 @@ func TestBrake_LadderMovedOnThawsTheRefusedAndKillsTheAccepted(t *testing.T) {
 }
 
 func TestBrake_APIErrorHoldsUntilCleared(t *testing.T) {
-	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	ev := &ladderEvictor{outcome: eviction.OutcomeAPIError}
 	a, clock, stats, fz := brakeAgent(t, "", ev)
 	ramp(a, clock, stats, 700<<20, 470<<20)
 	if got := strings.Join(fz.log, ", "); got != "freeze hog" || len(fz.Held()) != 1 {
@@ -180,12 +193,12 @@ func TestBrake_APIErrorHoldsUntilCleared(t *testing.T) {
 }
 
 func TestBrake_HeldVictimAcceptedLaterIsKilledEvenWithoutFiring(t *testing.T) {
-	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	ev := &ladderEvictor{outcome: eviction.OutcomeAPIError}
 	a, clock, stats, fz := brakeAgent(t, "", ev)
 	ramp(a, clock, stats, 700<<20, 470<<20)
 	// Frozen, the hog no longer falls: the decision is the graceful path, but
 	// a frozen pod's own stop would hang on its frozen tasks.
-	ev.outcome = OutcomeEvicted
+	ev.outcome = eviction.OutcomeEvicted
 	rep := ramp(a, clock, stats, 470<<20)
 	if rep.Brake == nil {
 		t.Fatalf("no brake decision: starved %+v, selection %+v, err %q", rep.Assessment.Starved, rep.Selection, rep.Err)
@@ -209,9 +222,9 @@ func TestBrake_NeverFreezesInDryRunOrWhenDisabledOrOnFreezeError(t *testing.T) {
 		"freeze error": {freezeErr: fmt.Errorf("no freezer.state"), want: "freeze hog"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ev := &ladderEvictor{outcome: OutcomeEvicted}
+			ev := &ladderEvictor{outcome: eviction.OutcomeEvicted}
 			if tc.extra == "dryRun: true\n" {
-				ev.outcome = OutcomeDryRun
+				ev.outcome = eviction.OutcomeDryRun
 			}
 			a, clock, stats, fz := brakeAgent(t, tc.extra, ev)
 			fz.freezeErr = tc.freezeErr
@@ -227,7 +240,7 @@ func TestBrake_NeverFreezesInDryRunOrWhenDisabledOrOnFreezeError(t *testing.T) {
 }
 
 func TestBrake_LoopStoppingThawsEveryHold(t *testing.T) {
-	ev := &ladderEvictor{outcome: OutcomeAPIError}
+	ev := &ladderEvictor{outcome: eviction.OutcomeAPIError}
 	a, clock, stats, fz := brakeAgent(t, "", ev)
 	ramp(a, clock, stats, 700<<20, 470<<20)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -267,7 +280,7 @@ func (s *fastStats) ObserveFast() policy.Observations {
 // (4ms taken: 6ms), and reading the fast signals alone, not every signal
 // and filesystem again. The ramp turned fast in the meantime: brake.
 func TestBrake_ResampleReadsTheFastSignalsAfterWhatIsLeftOfTheInterval(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	fs := &fastStats{fakeStats: stats, usageTook: 4 * time.Millisecond,
 		fast: policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: 480<<20 - 23<<20, Capacity: 3 << 30}}}
 	a.stats = fs
@@ -287,7 +300,7 @@ func TestBrake_ResampleReadsTheFastSignalsAfterWhatIsLeftOfTheInterval(t *testin
 
 // A pass whose ranking took longer than sampleInterval reads again at once.
 func TestBrake_ResampleDoesNotWaitWhenThePassTookTheInterval(t *testing.T) {
-	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	fs := &fastStats{fakeStats: stats, usageTook: 30 * time.Millisecond,
 		fast: policy.Observations{policy.SignalAllocatableMemoryAvailable: {Available: 470 << 20, Capacity: 3 << 30}}}
 	a.stats = fs
@@ -326,7 +339,7 @@ func allocAt(avail int64, at time.Time) policy.Observations {
 // first pass has a rate at once: it freezes without waiting for a second
 // reading (the wait was up to brake.sampleInterval, half the 20 ms target).
 func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	hs := &historyStats{fastStats: &fastStats{fakeStats: stats}}
 	a.stats = hs
 	var slept []time.Duration
@@ -354,7 +367,7 @@ func TestBrake_FastPollReadingsGiveTheRateWithoutASecondReading(t *testing.T) {
 // poll's reading that first saw the threshold met (the one that woke the
 // loop), when the pass started and each of its steps.
 func TestBrake_FrozenLogLineSplitsTheTimeFromTheCrossing(t *testing.T) {
-	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, _ := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	hs := &historyStats{fastStats: &fastStats{fakeStats: stats}}
 	a.stats = hs
 	logs := &bytes.Buffer{}
@@ -390,7 +403,7 @@ func TestBrake_FrozenLogLineSplitsTheTimeFromTheCrossing(t *testing.T) {
 // A poll reading taken while the pass ranked decides when the pass's own
 // history could not (its previous reading 1 s old): no wait either.
 func TestBrake_FastPollReadingDuringTheRankingIsUsedBeforeReadingAgain(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	hs := &historyStats{fastStats: &fastStats{fakeStats: stats, usageTook: 12 * time.Millisecond}}
 	a.stats = hs
 	var slept []time.Duration
@@ -448,7 +461,7 @@ func slowAfterCrossing(n int) []int64 {
 // speed right after it is braked once its eviction was accepted: frozen and
 // killed on the node, without waiting for the graceful stop.
 func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	// 100 MiB/s up to the crossing and at the confirming read; then 2 GiB/s.
 	ss := readInSequence(a, clock, stats, 479<<20, 478<<20, 458<<20, 438<<20, 418<<20)
 	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
@@ -464,7 +477,7 @@ func TestBrake_GracefulVictimIsBrakedWhenTheRampSpeedsUpAfterTheCrossing(t *test
 // that slowed past it and sped up again before the victim stopped is braked.
 func TestBrake_GracefulWatchOutlastsTheEstimateAtTheCrossing(t *testing.T) {
 	// A measured path of 200 ms: the brake fires under 300 ms to exhaustion.
-	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s for 1.5 s,
 	// then 2 GiB/s.
 	seq := slowAfterCrossing(151)
@@ -485,7 +498,7 @@ func TestBrake_GracefulWatchOutlastsTheEstimateAtTheCrossing(t *testing.T) {
 // A victim that ignores SIGTERM outlives the watch: a later pass, waiting for
 // it, brakes it once the ramp would reach the limit before the pod is gone.
 func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "brake: {evictionPath: 200ms}\n", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	// 400 MiB/s at the crossing (1.2 s to go: graceful), then 100 MiB/s through the
 	// watch's 2 s (2.7 s to go at its end: not braked).
 	readInSequence(a, clock, stats, slowAfterCrossing(250)...)
@@ -521,7 +534,7 @@ func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
 
 // The watch ends as soon as the victim releases its memory: nothing frozen.
 func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
-	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: OutcomeEvicted})
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
 	ss := readInSequence(a, clock, stats, 479<<20, 478<<20, 600<<20, 400<<20)
 	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
 	if len(fz.log) != 0 || ss.calls != 3 {

@@ -76,7 +76,7 @@ func TestPass_HardThresholdWithPodsBehindTheCacheListsDirectlyAndEvicts(t *testi
 // no request to the API server, the usual "unable to evict".
 func TestPass_NoUnknownCgroupsNoDirectList(t *testing.T) {
 	static := pod("static-mirror", "")
-	static.Annotations = map[string]string{mirrorAnnotation: "static-runtime-uid"}
+	static.Annotations = map[string]string{policy.MirrorAnnotation: "static-runtime-uid"}
 	pods := &behindPods{cached: []*v1.Pod{static}}
 	a, ev, logs := behindAgent(t, []types.UID{"static-runtime-uid"}, pods)
 	a.opts.SelfUID = static.UID // evictiond's own: never a candidate

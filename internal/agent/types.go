@@ -7,13 +7,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // The loop's vocabulary: what it reads (Stats, Pods), what it drives
 // (Evictor, Reclaimer, NodeStatus) and what they answer. The implementations
-// live in their own packages and satisfy these interfaces directly (monitor
-// through daemon.MonitorStats, kube.NodeInformers, kube.Evictor,
+// live in their own packages and satisfy these interfaces directly (the
+// node's Stats in internal/node, kube.NodeInformers, kube.Evictor,
 // reclaim.Reclaimer, kube.NodeStatus); docs/architecture.md draws the map.
 
 // Observed is one fresh reading of the node.
@@ -27,7 +28,9 @@ type Observed struct {
 	Handle any
 }
 
-// Stats reads the node.
+// Stats reads the node. Every capability the loop uses is a method here, so
+// a node that cannot do one says so in its implementation, not by missing
+// a type assertion.
 type Stats interface {
 	// Observe reads every node signal and the pods' disk usage (what the
 	// local-storage limit checks need): cheap, every pass.
@@ -36,45 +39,32 @@ type Stats interface {
 	// its Pods map, in place): only when pods must be ranked, since reading
 	// every pod cgroup each pass is what an idle node should not pay.
 	ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *Observed)
-}
-
-// FastStats is a Stats that also reads, alone, the node signals the brake
-// races on (memory and PIDs): no filesystems, no CRI call, no pod cgroups;
-// well under a millisecond. The brake's second reading uses it; without it
-// the agent reads everything again with Observe.
-type FastStats interface {
+	// ObserveFast reads, alone, the node signals the brake races on (memory
+	// and PIDs): no filesystems, no CRI call, no pod cgroups; well under a
+	// millisecond. The brake's second reading and its graceful watch use it.
 	ObserveFast() policy.Observations
-}
-
-// FastHistory is a Stats that keeps the fast readings taken between the
-// loop's passes (the notifier's fast poll reads every 5-100ms, faster near a
-// threshold). The brake needs a rate, two readings a few milliseconds apart;
-// with these, a crossing's first pass has one at once instead of reading
-// again brake.sampleInterval later.
-type FastHistory interface {
-	// FastReadings returns the fast readings taken since the last call,
-	// oldest first (at most the few newest: the rate needs the last ones).
+	// FastReadings returns the fast readings taken since the last call
+	// between the loop's passes (the notifier's fast poll reads every
+	// 5-100ms, faster near a threshold), oldest first, at most the few
+	// newest. The brake needs a rate, two readings a few milliseconds apart;
+	// with these, a crossing's first pass has one at once instead of reading
+	// again brake.sampleInterval later.
 	FastReadings() []policy.Observations
+	// PodCgroupUIDs names the pods running on the node by their cgroups
+	// under kubepods: runtime UIDs, a static pod's being its mirror's
+	// kubernetes.io/config.mirror annotation.
+	PodCgroupUIDs() ([]types.UID, error)
 }
 
 // Pods lists the pods bound to this node.
 type Pods interface {
+	// ListPods reads the node's pods, from a cache where there is one.
 	ListPods() ([]*v1.Pod, error)
-}
-
-// DirectPods is a Pods whose ListPods reads a cache (kube.NodeInformers): it
-// can also ask the API server itself, rate-limited. The loop does when a hard
-// threshold is met, no pod of the cache can be evicted, and the node runs pod
-// cgroups the cache does not know (a cache behind the API server).
-type DirectPods interface {
+	// ListPodsDirect asks the API server itself, rate-limited (a cache's
+	// ListPods can be behind it). The loop does when a hard threshold is met,
+	// no listed pod can be evicted, and the node runs pod cgroups the list
+	// does not know.
 	ListPodsDirect(ctx context.Context) ([]*v1.Pod, error)
-}
-
-// PodCgroups is a Stats that can name the pods running on the node by their
-// cgroups under kubepods (daemon.MonitorStats): runtime UIDs, a static pod's
-// being its mirror's kubernetes.io/config.mirror annotation.
-type PodCgroups interface {
-	PodCgroupUIDs() ([]types.UID, error)
 }
 
 // NodeStatus publishes the node conditions evictiond reports.
@@ -82,71 +72,18 @@ type NodeStatus interface {
 	SetConditions([]v1.NodeConditionType)
 }
 
-// Outcome is how one eviction request ended; the values are the
-// evictiond_evictions_total "result" label (docs/metrics.md).
-type Outcome string
-
-const (
-	OutcomeEvicted        Outcome = "evicted"         // the Eviction API accepted
-	OutcomeDeleted        Outcome = "deleted"         // hard escalation deleted a PDB-protected pod
-	OutcomeStoppedLocally Outcome = "stopped_locally" // API unreachable; stopped through the CRI
-	OutcomeDryRun         Outcome = "dry_run"         // would have evicted EvictResult.Victim
-	OutcomePDBBlocked     Outcome = "pdb_blocked"     // every candidate tried was refused
-	OutcomeGone           Outcome = "gone"            // the candidate vanished or was replaced (NotFound / UID conflict)
-	OutcomeThrottled      Outcome = "throttled"       // API priority and fairness answered 429
-	OutcomeRateLimited    Outcome = "rate_limited"    // evictiond's token bucket is empty
-	OutcomeCoolingDown    Outcome = "cooling_down"    // within the cool-down of the last eviction
-	OutcomeAPIError       Outcome = "api_error"       // API unreachable or failing
-	OutcomeNoCandidates   Outcome = "no_candidates"
-)
-
-// Disrupted is true for the outcomes that took a pod down (or, in dry run,
-// would have): the engine then waits for the victim to be gone.
-func (o Outcome) Disrupted() bool {
-	return o == OutcomeEvicted || o == OutcomeDeleted || o == OutcomeStoppedLocally
-}
-
-// Attempt is one request an Evictor made for one candidate.
-type Attempt struct {
-	Pod     types.NamespacedName
-	UID     types.UID
-	Action  string // "evict", "delete" or "local-stop"
-	Outcome Outcome
-	Err     error
-}
-
-// EvictResult is what an Evictor did with a ranked candidate list.
-type EvictResult struct {
-	Outcome Outcome
-	// Victim is the candidate evicted, deleted or stopped (in dry run: chosen).
-	Victim   *policy.Candidate
-	Attempts []Attempt
-	Err      error
-}
-
 // Evictor evicts at most one pod of a ranked candidate list; PDB escalation,
 // the token bucket and the cool-down are its business. The loop evicts
 // local-storage violators one call each, up to eviction.rateLimits.maxPerPass.
 type Evictor interface {
-	Evict(ctx context.Context, candidates []policy.Candidate) EvictResult
-}
-
-// PendingReporter is an Evictor with work queued for when the API server
-// answers again (pods stopped through the CRI while it was unreachable); the
-// loop gives it a turn at the start of every pass.
-type PendingReporter interface {
+	Evict(ctx context.Context, candidates []policy.Candidate) eviction.Result
+	// ReportPending reports work queued for when the API server answers
+	// again (pods stopped through the CRI while it was unreachable); the
+	// loop gives it a turn at the start of every pass.
 	ReportPending(ctx context.Context, log *slog.Logger)
-}
-
-// ReclaimResult is one node-level reclaim step's outcome.
-type ReclaimResult struct {
-	// Freed is measured by statfs before and after, in the signal's unit.
-	Freed int64
-	Items int
-	Err   error
 }
 
 // Reclaimer runs node-level reclaim steps. live is the node's pod set.
 type Reclaimer interface {
-	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) ReclaimResult
+	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult
 }

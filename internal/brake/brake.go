@@ -109,10 +109,13 @@ func (b *Brake) Thaw(uid types.UID) (Hold, bool, error) {
 // Kill ends a hold by killing every task of the pod (see PodCgroup.Kill),
 // waiting up to timeout for them to be gone. ok is false when the pod was
 // not held; nothing is killed then.
+//
+// The hold is ended at once; the wait runs without the Brake's lock, so
+// freezing, thawing or listing other pods meanwhile does not wait for it.
 func (b *Brake) Kill(uid types.UID, timeout time.Duration) (h Hold, killed int, ok bool, err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	held, ok := b.take(uid)
+	b.mu.Unlock()
 	if !ok {
 		return Hold{}, 0, false, nil
 	}

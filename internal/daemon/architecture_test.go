@@ -85,3 +85,37 @@ func TestArchitectureDocMatchesImports(t *testing.T) {
 		t.Errorf("docs/architecture.md has a row for %s, which is not a package", rel)
 	}
 }
+
+// TestImportRules holds the rules of docs/architecture.md that a table row
+// alone does not state: no package climbs back up to the loop to speak its
+// vocabulary (internal/eviction holds it), the loop imports no
+// implementation, and the command wires no part of the node.
+func TestImportRules(t *testing.T) {
+	root := "../.."
+	forbidden := map[string][]string{
+		"internal/kube":     {"internal/agent", "internal/daemon"},
+		"internal/reclaim":  {"internal/agent", "internal/daemon", "internal/monitor", "internal/notify"},
+		"internal/monitor":  {"internal/agent", "internal/daemon", "internal/notify", "internal/reclaim"},
+		"internal/notify":   {"internal/agent", "internal/daemon", "internal/monitor", "internal/reclaim"},
+		"internal/eviction": {"internal/agent", "internal/kube", "internal/reclaim", "internal/daemon"},
+		"internal/agent":    {"internal/kube", "internal/reclaim", "internal/monitor", "internal/notify", "internal/daemon", "internal/node"},
+		// The real node is built in internal/node and wired in internal/daemon:
+		// the command parses flags and calls the daemon.
+		"cmd/evictiond": {"internal/agent", "internal/brake", "internal/kube", "internal/notify", "internal/reclaim",
+			"internal/nodefs", "internal/metrics", "internal/metricsserver", "internal/configfile"},
+		// The simulated node stands where the real one does, never beside it.
+		"internal/simulate": {"internal/node", "internal/monitor", "internal/notify", "internal/reclaim", "internal/kube"},
+		"internal/node":     {"internal/daemon", "internal/kube", "internal/simulate"},
+	}
+	for pkg, banned := range forbidden {
+		p, err := build.ImportDir(filepath.Join(root, pkg), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range p.Imports {
+			if slices.Contains(banned, strings.TrimPrefix(imp, module)) {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+}

@@ -1,11 +1,12 @@
-// Package daemon is evictiond's wiring: it builds the decision loop
+// Package daemon is evictiond's wiring: it owns the Node interface (node.go:
+// everything the loop needs from a node) and builds the decision loop
 // (agent.Agent) with the Kubernetes side (kube.Evictor, node informers, the
-// node status writer, Events) around injected parts, and reconfigures them
-// on every reload. `evictiond run` builds it with the real API client, the
-// monitor and the CRI reclaimer; `evictiond simulate` and the tests build it
-// with a client-go fake clientset and a scenario's stats on a virtual clock,
-// so every decision a simulation shows is the daemon's own. See
-// docs/architecture.md.
+// node status writer, Events) around a Node and clients, reconfiguring them
+// on every reload. `evictiond run` is RunProcess (process.go): the real API
+// client and the real node (internal/node); `evictiond simulate` and the
+// tests build it with a client-go fake clientset and a scenario's node on a
+// virtual clock, so every decision a simulation shows is the daemon's own.
+// See docs/architecture.md.
 package daemon
 
 import (
@@ -21,20 +22,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/evictiond/evictiond/internal/agent"
-	"github.com/evictiond/evictiond/internal/brake"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 )
-
-// Reclaimer is the node-level reclaim the daemon drives: the loop's steps, the
-// evictor's local stop (API server unreachable) and dry run switched on reload.
-// reclaim.Reclaimer is the node's.
-type Reclaimer interface {
-	agent.Reclaimer
-	kube.LocalPodStopper
-	SetDryRun(on bool)
-}
 
 // Deps are the parts that differ between a node and a simulation.
 type Deps struct {
@@ -44,10 +35,8 @@ type Deps struct {
 	// Pods lists the node's pods; nil: node-scoped informers on Client, started
 	// (and synced) by New.
 	Pods agent.Pods
-	// Stats reads the node.
-	Stats agent.Stats
-	// Reclaimer runs node-level reclaim; nil: none (no CRI).
-	Reclaimer Reclaimer
+	// Node is the node the loop decides on: internal/node's, or a simulated one.
+	Node Node
 	// Recorder records Events; nil: one writing to Client.
 	Recorder record.EventRecorder
 	// Metrics receives the loop's metrics; nil: a fresh registry.
@@ -57,14 +46,6 @@ type Deps struct {
 	APIReachable func() bool
 	// Clock drives the loop's decisions and the evictor; nil: the real clock.
 	Clock clock.Clock
-	// Wake wakes the loop (the kernel fast path); nil: the ticker only.
-	Wake <-chan struct{}
-	// OnConfig runs in the loop goroutine after the daemon's own parts took a
-	// new configuration (the notifier's thresholds).
-	OnConfig func(*policy.Config)
-	// Freezer is the brake's hand on the pod cgroups; nil: the brake only
-	// decides and logs.
-	Freezer *brake.PodFreezer
 }
 
 // Options name the node and say which parts run.
@@ -101,8 +82,8 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if opts.NodeName == "" {
 		return nil, errors.New("daemon: NodeName: value \"\": must not be empty")
 	}
-	if deps.Client == nil || deps.Stats == nil {
-		return nil, errors.New("daemon: Deps.Client and Deps.Stats are required")
+	if deps.Client == nil || deps.Node == nil {
+		return nil, errors.New("daemon: Deps.Client and Deps.Node are required")
 	}
 	if opts.NodeStatus && deps.Pods != nil {
 		return nil, errors.New("daemon: Options.NodeStatus: value true: needs the node informer (Deps.Pods must be nil)")
@@ -153,21 +134,14 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if err != nil {
 		return d, err
 	}
-	ad := agent.Deps{Stats: deps.Stats, Pods: d.deps.Pods, Evictor: d.Evictor, Recorder: d.deps.Recorder, Metrics: deps.Metrics}
-	if deps.Freezer != nil {
-		ad.Freezer = deps.Freezer
-	}
-	if deps.Reclaimer != nil {
-		ad.Reclaimer = deps.Reclaimer
-	}
+	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node,
+		Recorder: d.deps.Recorder, Metrics: deps.Metrics}
 	if d.Status != nil {
 		ad.Status = d.Status
 	}
-	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Wake,
-		Clock: deps.Clock, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
-	if deps.Freezer != nil {
-		deps.Freezer.OnExpire(d.Agent.BrakeExpired)
-	}
+	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Node.Wake(),
+		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
+	deps.Node.OnBrakeExpired(d.Agent.BrakeExpired)
 	if d.Status != nil {
 		// A restart (a crash, an upgrade) does not release the pressure the node
 		// shows at once: the transition period runs again from now.
@@ -197,12 +171,7 @@ func (d *Daemon) evictorOptions(c *policy.Config) kube.EvictorOptions {
 	o := kube.EvictorOptionsFromConfig(c)
 	o.NodeName, o.APIReachable, o.Clock = d.opts.NodeName, d.deps.APIReachable, d.deps.Clock
 	o.Logger = d.opts.Logger.With("component", "evictor")
-	if d.deps.Reclaimer != nil {
-		o.LocalStop.Stopper = d.deps.Reclaimer
-		if d.deps.Freezer != nil {
-			o.LocalStop.Stopper = brake.KillBeforeStop{Stopper: d.deps.Reclaimer, Freezer: d.deps.Freezer}
-		}
-	}
+	o.LocalStop.Stopper = d.deps.Node
 	return o
 }
 
@@ -213,18 +182,13 @@ func (d *Daemon) reconfigure(c *policy.Config) {
 	if err := d.Evictor.Reconfigure(d.evictorOptions(c)); err != nil {
 		log.Error("evictor keeps its previous settings", "err", err)
 	}
-	if d.deps.Reclaimer != nil {
-		d.deps.Reclaimer.SetDryRun(c.DryRun)
-	}
+	d.deps.Node.Reconfigure(c)
 	if d.Status != nil {
 		opts := kube.NodeStatusOptionsFromConfig(c)
 		opts.NodeName, opts.Logger = d.opts.NodeName, log.With("component", "nodestatus")
 		if err := d.Status.Reconfigure(d.ctx, opts); err != nil {
 			log.Error("node status writer keeps its previous settings", "err", err)
 		}
-	}
-	if d.deps.OnConfig != nil {
-		d.deps.OnConfig(c)
 	}
 	if restartOnly := RestartOnlyChanges(d.started, c); restartOnly != "" {
 		log.Warn("configuration changes that take effect on restart", "fields", restartOnly)
@@ -270,5 +234,8 @@ func RestartOnlyChanges(old, next *policy.Config) string {
 // Recorder is the daemon's Event recorder.
 func (d *Daemon) Recorder() record.EventRecorder { return d.deps.Recorder }
 
-// The node's pod cache offers the loop a direct list when it falls behind.
-var _ agent.DirectPods = (*kube.NodeInformers)(nil)
+// The Kubernetes side implements the loop's interfaces directly.
+var (
+	_ agent.Evictor = (*kube.Evictor)(nil)
+	_ agent.Pods    = (*kube.NodeInformers)(nil)
+)

@@ -1,9 +1,10 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,27 +15,33 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/simulate"
 )
 
-type noStats struct{}
+// quietNode is a node with no readings and no pods (a scenario's, on the
+// real clock).
+func quietNode() daemon.Node {
+	return simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: "node-1"}}, time.Now)
+}
 
-func (noStats) Observe(context.Context, []*v1.Pod) agent.Observed        { return agent.Observed{} }
-func (noStats) ObserveUsage(context.Context, []*v1.Pod, *agent.Observed) {}
-
-// An evictor New cannot build (the local stop without a CRI client) fails New
-// after the informers started: New must stop them itself and return.
+// An evictor New cannot build (options validation refuses what a configuration
+// that bypassed policy's own validation holds) fails New after the informers
+// started: New must stop them itself and return. (A corrupt local-stop journal
+// no longer fails it: the journal is moved aside and the agent starts.)
 func TestNewFailingAfterTheInformersStartedReturnsAndStopsThem(t *testing.T) {
-	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\neviction: {apiUnreachable: {criStop: true}}\n"))
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\nreclaim: {imageGC: {stateFile: " +
+		filepath.Join(t.TempDir(), "images.json") + "}}\n"))
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	_, err := New(context.Background(), cfg, Deps{Client: fake.NewClientset(), Stats: noStats{}},
-		Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), "LocalStop.Stopper") {
-		t.Fatalf("New = %v, want the evictor's LocalStop error", err)
+	cfg.Escalation.MaxCandidates = 0
+	_, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(), Node: quietNode()},
+		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "Escalation.MaxCandidates") {
+		t.Fatalf("New = %v, want the evictor's options error", err)
 	}
 }
 
@@ -47,10 +54,10 @@ func TestRestartOnlyChangesNamesWhatAReloadCannotApply(t *testing.T) {
 		return c
 	}
 	base := load("")
-	if got := RestartOnlyChanges(base, load("eviction: {rateLimits: {perMinute: 20}}\ndryRun: true\n")); got != "" {
+	if got := daemon.RestartOnlyChanges(base, load("eviction: {rateLimits: {perMinute: 20}}\ndryRun: true\n")); got != "" {
 		t.Errorf("rate limits and dryRun reported as restart-only: %q", got)
 	}
-	if got := RestartOnlyChanges(base, load("stats: {housekeepingInterval: 20s}\nreclaim: {imageGC: {minAge: 5m}}\n")); got != "stats.housekeepingInterval, reclaim.*" {
+	if got := daemon.RestartOnlyChanges(base, load("stats: {housekeepingInterval: 20s}\nreclaim: {imageGC: {minAge: 5m}}\n")); got != "stats.housekeepingInterval, reclaim.*" {
 		t.Errorf("RestartOnlyChanges = %q", got)
 	}
 }
@@ -86,8 +93,8 @@ func TestNewHoldsThePressureTheNodeShowsForTheTransitionPeriod(t *testing.T) {
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: kube.ConditionMemoryPressure, Status: v1.ConditionTrue}}}}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	logs := &lockedBuffer{}
-	d, err := New(context.Background(), cfg, Deps{Client: fake.NewClientset(node), Stats: noStats{}, Clock: clk},
-		Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(node), Node: quietNode(), Clock: clk},
+		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +119,8 @@ func TestNewHoldsNothingOnAQuietNode(t *testing.T) {
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeMemoryPressure, Status: v1.ConditionTrue, Reason: "KubeletHasInsufficientMemory"}}}}
-	d, err := New(context.Background(), cfg, Deps{Client: fake.NewClientset(node), Stats: noStats{}},
-		Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
+	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(node), Node: quietNode()},
+		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/reclaim"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
 	"github.com/evictiond/evictiond/internal/testenv/images"
@@ -86,16 +86,16 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 			_ = env.StartAPIServer()
 		}
 	})
-	var res agent.EvictResult
+	var res eviction.Result
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		res = ev.Evict(ctx, []Candidate{candidateFor(hog, true), candidateFor(bystander, true)})
-		if res.Outcome == agent.OutcomeStoppedLocally {
+		if res.Outcome == eviction.OutcomeStoppedLocally {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if res.Outcome != agent.OutcomeStoppedLocally || res.Victim.Pod.UID != hog.UID {
+	if res.Outcome != eviction.OutcomeStoppedLocally || res.Victim.Pod.UID != hog.UID {
 		t.Fatalf("with the API server killed: outcome %s (err %v); want the first candidate stopped locally", res.Outcome, res.Err)
 	}
 	if got := sandboxState(hogSandbox); got != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {

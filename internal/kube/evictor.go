@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/statefile"
 )
@@ -187,7 +187,7 @@ func (o *EvictorOptions) validate() error {
 }
 
 // Evictor evicts pods of one node, one victim per call, and implements the loop's
-// agent.Evictor and agent.PendingReporter. It is used by the single loop goroutine.
+// agent.Evictor. It is used by the single loop goroutine.
 // Waiting for the victim to be gone is the policy engine's business, not the Evictor's.
 type Evictor struct {
 	client   kubernetes.Interface
@@ -206,11 +206,6 @@ type localStop struct {
 	candidate Candidate
 	at        time.Time
 }
-
-var (
-	_ agent.Evictor         = (*Evictor)(nil)
-	_ agent.PendingReporter = (*Evictor)(nil)
-)
 
 // NewEvictor returns an Evictor that evicts through client and records Events with
 // recorder.
@@ -306,68 +301,106 @@ func (e *Evictor) persistLocalStopsLocked() {
 // Evict tries candidates (ranked, most evictable first, all for the same pressure) until
 // one pod is evicted, within the token bucket, the cool-down and the escalation ladder.
 // It never evicts more than one pod and never waits for it: the policy engine tracks the
-// victim until it is gone.
-func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.EvictResult {
-	opts := e.options()
-	log := opts.Logger
-	var res agent.EvictResult
+// victim until it is gone. Its steps: the cool-down, the ladder of eviction requests,
+// then for hard pressure refused by every budget tried, the escalation.
+func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) eviction.Result {
 	if len(candidates) == 0 {
-		res.Outcome = agent.OutcomeNoCandidates
+		return eviction.Result{Outcome: eviction.OutcomeNoCandidates}
+	}
+	p := evictPass{opts: e.options(), candidates: candidates}
+	p.now = p.opts.Clock.Now()
+	if res, held := e.coolingDown(p); held {
 		return res
 	}
-	now := opts.Clock.Now()
-	if until := e.coolDownEnd(); now.Before(until) && !candidates[0].LocalStorage {
-		res.Outcome = agent.OutcomeCoolingDown
-		log.Info("eviction held back by cool-down", "until", until, "signal", candidates[0].Signal)
+	res, refused, done := e.climbLadder(ctx, p)
+	if done || !candidates[0].Hard || len(refused) == 0 {
 		return res
 	}
-	hard := candidates[0].Hard
-	tries := min(len(candidates), opts.Escalation.SoftMaxCandidates)
-	if hard {
-		tries = min(len(candidates), opts.Escalation.MaxCandidates)
-	}
+	return e.escalate(ctx, p, refused, res)
+}
 
-	var refused []Candidate
+// evictPass is what one Evict call decides with.
+type evictPass struct {
+	opts       EvictorOptions
+	now        time.Time
+	candidates []Candidate
+}
+
+// ladderLength is how many candidates one call may try: the PDB ladder for
+// this kind of pressure.
+func (p evictPass) ladderLength() int {
+	if p.candidates[0].Hard {
+		return min(len(p.candidates), p.opts.Escalation.MaxCandidates)
+	}
+	return min(len(p.candidates), p.opts.Escalation.SoftMaxCandidates)
+}
+
+// coolingDown holds a threshold eviction back within the cool-down of the
+// last one (a local-storage eviction is not held).
+func (e *Evictor) coolingDown(p evictPass) (eviction.Result, bool) {
+	if until := e.coolDownEnd(); p.now.Before(until) && !p.candidates[0].LocalStorage {
+		p.opts.Logger.Info("eviction held back by cool-down", "until", until, "signal", p.candidates[0].Signal)
+		return eviction.Result{Outcome: eviction.OutcomeCoolingDown}, true
+	}
+	return eviction.Result{}, false
+}
+
+// takeToken reserves one disruption from the token bucket; false when it is
+// empty (the reservation is then cancelled).
+func (e *Evictor) takeToken(now time.Time) (*rate.Reservation, bool) {
+	r := e.limiter.ReserveN(now, 1)
+	if !r.OK() || r.DelayFrom(now) > 0 {
+		r.CancelAt(now)
+		return r, false
+	}
+	return r, true
+}
+
+// climbLadder requests the eviction of each candidate of the ladder in turn
+// until one is evicted or the answer ends the pass; it returns the candidates
+// refused by a PodDisruptionBudget, and done when the result is final.
+func (e *Evictor) climbLadder(ctx context.Context, p evictPass) (res eviction.Result, refused []Candidate, done bool) {
+	opts, log, now := p.opts, p.opts.Logger, p.now
+	hard, tries := p.candidates[0].Hard, p.ladderLength()
 	for i := range tries {
-		c := candidates[i]
+		c := p.candidates[i]
 		if c.Pod.Spec.NodeName != opts.NodeName {
 			// The informers only hold this node's pods; anything else is a caller bug,
 			// and evicting another node's pod is exactly what RBAC cannot prevent.
 			res.Err = fmt.Errorf("candidate %s/%s: spec.nodeName %q: must be this node %q",
 				c.Pod.Namespace, c.Pod.Name, c.Pod.Spec.NodeName, opts.NodeName)
-			res.Outcome = agent.OutcomeNoCandidates
-			return res
+			res.Outcome = eviction.OutcomeNoCandidates
+			return res, refused, true
 		}
-		reservation := e.limiter.ReserveN(now, 1)
-		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
-			reservation.CancelAt(now)
-			res.Outcome = agent.OutcomeRateLimited
+		reservation, ok := e.takeToken(now)
+		if !ok {
+			res.Outcome = eviction.OutcomeRateLimited
 			log.Info("eviction held back by the token bucket", "perMinute", opts.RateLimit.PerMinute, "burst", opts.RateLimit.Burst)
-			return res
+			return res, refused, true
 		}
 		if opts.DryRun {
 			// Rate limits and cool-down apply in dry-run too, so its log shows the
 			// evictions a real run would make, at the pace it would make them.
 			log.Info("would evict pod", podAttrs(c)...)
 			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeDryRun, &c
-			return res
+			res.Outcome, res.Victim = eviction.OutcomeDryRun, &c
+			return res, refused, true
 		}
 		err := e.evictThroughAPI(ctx, c)
 		e.noteReachability(err)
 		outcome := classify(err)
-		res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "evict", Outcome: outcome, Err: err})
-		if outcome != agent.OutcomeEvicted {
+		res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "evict", Outcome: outcome, Err: err})
+		if outcome != eviction.OutcomeEvicted {
 			reservation.CancelAt(now)
 		}
 		switch outcome {
-		case agent.OutcomeEvicted:
+		case eviction.OutcomeEvicted:
 			e.recordEvicted(c, "")
 			log.Info("evicted pod", append(podAttrs(c), "attempt", i+1)...)
 			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeEvicted, &c
-			return res
-		case agent.OutcomePDBBlocked:
+			res.Outcome, res.Victim = eviction.OutcomeEvicted, &c
+			return res, refused, true
+		case eviction.OutcomePDBBlocked:
 			refused = append(refused, c)
 			log.Info("eviction refused by a PodDisruptionBudget", append(podAttrs(c), "attempt", i+1, "of", tries)...)
 			if hard {
@@ -376,71 +409,86 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) agent.Evict
 					c.Signal, c.Pod.Namespace, c.Pod.Name, i+1, tries)
 			}
 			continue
-		case agent.OutcomeAPIError:
+		case eviction.OutcomeAPIError:
 			if hard && e.localStopDue(ctx, err) {
-				return e.stopLocally(ctx, c, res)
+				return e.stopLocally(ctx, c, res), refused, true
 			}
 			res.Outcome, res.Err = outcome, fmt.Errorf("evicting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
 			log.Warn("eviction failed", append(podAttrs(c), "err", err)...)
-			return res
+			return res, refused, true
 		default:
 			// Gone (NotFound, or the UID precondition failed because a new pod took the
 			// name) or throttled: the numbers this pass decided on are no longer true.
 			res.Outcome, res.Err = outcome, err
 			log.Info("eviction not done", append(podAttrs(c), "outcome", outcome, "err", err)...)
-			return res
+			return res, refused, true
 		}
 	}
+	res.Outcome = eviction.OutcomePDBBlocked
+	return res, refused, false
+}
 
-	res.Outcome = agent.OutcomePDBBlocked
-	if !hard || len(refused) == 0 {
-		return res
-	}
+// escalate is the end of the ladder under hard pressure: every candidate
+// tried was refused by its PodDisruptionBudget. With EscalateDelete the first
+// refused is deleted without its budget; otherwise, or when that fails,
+// nothing is evicted this pass and the node is told so.
+func (e *Evictor) escalate(ctx context.Context, p evictPass, refused []Candidate, res eviction.Result) eviction.Result {
+	opts, log := p.opts, p.opts.Logger
 	if opts.Escalation.AfterBlocked == EscalateDelete {
-		c := refused[0]
-		// The delete is a disruption like an eviction: it takes a token too.
-		reservation := e.limiter.ReserveN(now, 1)
-		if !reservation.OK() || reservation.DelayFrom(now) > 0 {
-			reservation.CancelAt(now)
-			res.Outcome = agent.OutcomeRateLimited
-			log.Info("escalation delete held back by the token bucket", append(podAttrs(c), "perMinute", opts.RateLimit.PerMinute)...)
+		var done bool
+		if res, done = e.deleteRefused(ctx, p, refused, res); done {
 			return res
 		}
-		e.recorder.Eventf(NodeRef(opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
-			"Hard %s pressure: %d candidates refused by PodDisruptionBudgets; deleting pod %s/%s without its budget",
-			c.Signal, len(refused), c.Pod.Namespace, c.Pod.Name)
-		err := e.deleteThroughAPI(ctx, c)
-		e.noteReachability(err)
-		outcome := classify(err)
-		if outcome == agent.OutcomeEvicted {
-			outcome = agent.OutcomeDeleted
-		}
-		res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "delete", Outcome: outcome, Err: err})
-		if outcome == agent.OutcomeDeleted {
-			e.recordEvicted(c, " Its PodDisruptionBudget was overridden: the node was under hard pressure and no other candidate could be evicted.")
-			log.Warn("deleted pod despite its PodDisruptionBudget", podAttrs(c)...)
-			e.startCoolDown(now)
-			res.Outcome, res.Victim = agent.OutcomeDeleted, &c
-			return res
-		}
-		reservation.CancelAt(now)
-		if outcome == agent.OutcomeGone {
-			// It went away by itself (or was replaced) since it was ranked: re-measure.
-			res.Outcome, res.Err = outcome, err
-			log.Info("escalation delete found the pod gone", append(podAttrs(c), "err", err)...)
-			return res
-		}
-		if outcome == agent.OutcomeAPIError && e.localStopDue(ctx, err) {
-			return e.stopLocally(ctx, c, res)
-		}
-		res.Err = fmt.Errorf("deleting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
-		log.Warn("escalation delete failed", append(podAttrs(c), "err", err)...)
 	}
 	e.recorder.Eventf(NodeRef(opts.NodeName), corev1.EventTypeWarning, EventReasonEvictionGaveUp,
 		"Hard %s pressure: no pod could be evicted this pass (%d refused by PodDisruptionBudgets, escalation %s)",
-		candidates[0].Signal, len(refused), opts.Escalation.AfterBlocked)
-	log.Warn("eviction ladder exhausted", "signal", candidates[0].Signal, "refused", len(refused), "escalation", opts.Escalation.AfterBlocked)
+		p.candidates[0].Signal, len(refused), opts.Escalation.AfterBlocked)
+	log.Warn("eviction ladder exhausted", "signal", p.candidates[0].Signal, "refused", len(refused), "escalation", opts.Escalation.AfterBlocked)
 	return res
+}
+
+// deleteRefused deletes the first refused candidate without its budget; done
+// is false when the delete failed and the ladder ends without a victim.
+func (e *Evictor) deleteRefused(ctx context.Context, p evictPass, refused []Candidate, res eviction.Result) (eviction.Result, bool) {
+	log, now := p.opts.Logger, p.now
+	c := refused[0]
+	// The delete is a disruption like an eviction: it takes a token too.
+	reservation, ok := e.takeToken(now)
+	if !ok {
+		res.Outcome = eviction.OutcomeRateLimited
+		log.Info("escalation delete held back by the token bucket", append(podAttrs(c), "perMinute", p.opts.RateLimit.PerMinute)...)
+		return res, true
+	}
+	e.recorder.Eventf(NodeRef(p.opts.NodeName), corev1.EventTypeWarning, EventReasonEscalatedToDelete,
+		"Hard %s pressure: %d candidates refused by PodDisruptionBudgets; deleting pod %s/%s without its budget",
+		c.Signal, len(refused), c.Pod.Namespace, c.Pod.Name)
+	err := e.deleteThroughAPI(ctx, c)
+	e.noteReachability(err)
+	outcome := classify(err)
+	if outcome == eviction.OutcomeEvicted {
+		outcome = eviction.OutcomeDeleted
+	}
+	res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "delete", Outcome: outcome, Err: err})
+	if outcome == eviction.OutcomeDeleted {
+		e.recordEvicted(c, " Its PodDisruptionBudget was overridden: the node was under hard pressure and no other candidate could be evicted.")
+		log.Warn("deleted pod despite its PodDisruptionBudget", podAttrs(c)...)
+		e.startCoolDown(now)
+		res.Outcome, res.Victim = eviction.OutcomeDeleted, &c
+		return res, true
+	}
+	reservation.CancelAt(now)
+	if outcome == eviction.OutcomeGone {
+		// It went away by itself (or was replaced) since it was ranked: re-measure.
+		res.Outcome, res.Err = outcome, err
+		log.Info("escalation delete found the pod gone", append(podAttrs(c), "err", err)...)
+		return res, true
+	}
+	if outcome == eviction.OutcomeAPIError && e.localStopDue(ctx, err) {
+		return e.stopLocally(ctx, c, res), true
+	}
+	res.Err = fmt.Errorf("deleting pod %s/%s: %w", c.Pod.Namespace, c.Pod.Name, err)
+	log.Warn("escalation delete failed", append(podAttrs(c), "err", err)...)
+	return res, false
 }
 
 // evictThroughAPI posts a policy/v1 Eviction whose delete options carry the candidate's
@@ -524,7 +572,7 @@ func (e *Evictor) coolDownEnd() time.Time {
 // still short of the resource. A stop that fails is taken out again; one
 // journaled by a process killed before it could say whether the stop worked is
 // reported like a stop, which deletes the pod through the API the ordinary way.
-func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res agent.EvictResult) agent.EvictResult {
+func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res eviction.Result) eviction.Result {
 	opts := e.options()
 	now := opts.Clock.Now()
 	e.mu.Lock()
@@ -532,19 +580,19 @@ func (e *Evictor) stopLocally(ctx context.Context, c Candidate, res agent.EvictR
 	e.persistLocalStopsLocked()
 	e.mu.Unlock()
 	err := opts.LocalStop.Stopper.StopPodSandboxByPodUID(ctx, c.Pod.UID)
-	res.Attempts = append(res.Attempts, agent.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: agent.OutcomeStoppedLocally, Err: err})
+	res.Attempts = append(res.Attempts, eviction.Attempt{Pod: podKey(c.Pod), UID: c.Pod.UID, Action: "local-stop", Outcome: eviction.OutcomeStoppedLocally, Err: err})
 	if err != nil {
 		e.mu.Lock()
 		e.localStops = slices.DeleteFunc(e.localStops, func(s localStop) bool { return s.candidate.Pod.UID == c.Pod.UID && s.at.Equal(now) })
 		e.persistLocalStopsLocked()
 		e.mu.Unlock()
-		res.Outcome, res.Err = agent.OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
+		res.Outcome, res.Err = eviction.OutcomeAPIError, fmt.Errorf("stopping pod %s/%s through the CRI: %w", c.Pod.Namespace, c.Pod.Name, err)
 		opts.Logger.Error("local stop failed", append(podAttrs(c), "err", err)...)
 		return res
 	}
 	e.startCoolDown(now)
 	opts.Logger.Warn("API server unreachable under hard pressure: stopped pod through the CRI", podAttrs(c)...)
-	res.Outcome, res.Victim = agent.OutcomeStoppedLocally, &c
+	res.Outcome, res.Victim = eviction.OutcomeStoppedLocally, &c
 	return res
 }
 
@@ -626,18 +674,18 @@ func (e *Evictor) recordEvicted(c Candidate, suffix string) {
 }
 
 // classify maps an API answer onto an Outcome.
-func classify(err error) agent.Outcome {
+func classify(err error) eviction.Outcome {
 	switch {
 	case err == nil:
-		return agent.OutcomeEvicted
+		return eviction.OutcomeEvicted
 	case apierrors.IsTooManyRequests(err) && hasDisruptionBudgetCause(err):
-		return agent.OutcomePDBBlocked
+		return eviction.OutcomePDBBlocked
 	case apierrors.IsTooManyRequests(err):
-		return agent.OutcomeThrottled
+		return eviction.OutcomeThrottled
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return agent.OutcomeGone
+		return eviction.OutcomeGone
 	default:
-		return agent.OutcomeAPIError
+		return eviction.OutcomeAPIError
 	}
 }
 

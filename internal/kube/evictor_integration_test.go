@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 )
 
 // newTestEvictor builds an Evictor acting as the agent on n, with the rate limits opened
@@ -53,7 +53,7 @@ func waitForPodInCache(t testing.TB, inf *NodeInformers, pods ...*corev1.Pod) {
 	})
 }
 
-func outcomes(res agent.EvictResult) []string {
+func outcomes(res eviction.Result) []string {
 	var out []string
 	for _, a := range res.Attempts {
 		out = append(out, a.Action+" "+a.Pod.Name+" "+string(a.Outcome))
@@ -71,7 +71,7 @@ func TestEvictUnprotectedPodReturnsAtOnceWithTheVictim(t *testing.T) {
 	ev := newTestEvictor(t, n, inf, nil)
 
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false)})
-	if res.Outcome != agent.OutcomeEvicted || res.Victim == nil || res.Victim.Pod.UID != pod.UID {
+	if res.Outcome != eviction.OutcomeEvicted || res.Victim == nil || res.Victim.Pod.UID != pod.UID {
 		t.Fatalf("outcome %s, victim %v, attempts %v, err %v; want evicted %s", res.Outcome, res.Victim, outcomes(res), res.Err, pod.Name)
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
@@ -102,7 +102,7 @@ func TestSoftPressurePDBRefusalMovesToNextCandidate(t *testing.T) {
 	if got := outcomes(res); strings.Join(got, ";") != strings.Join(want, ";") {
 		t.Fatalf("attempts = %v, want %v", got, want)
 	}
-	if res.Outcome != agent.OutcomeEvicted || res.Victim.Pod.Name != "free" {
+	if res.Outcome != eviction.OutcomeEvicted || res.Victim.Pod.Name != "free" {
 		t.Fatalf("outcome %s victim %v", res.Outcome, res.Victim)
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), protected.Name, metav1.GetOptions{})
@@ -121,19 +121,19 @@ func TestHardPressureEscalatesInOrder(t *testing.T) {
 	for _, tc := range []struct {
 		after        EscalationAction
 		wantAttempts []string
-		wantOutcome  agent.Outcome
+		wantOutcome  eviction.Outcome
 		wantEvents   []string
 	}{
 		{
 			after:        EscalateDelete,
 			wantAttempts: []string{"evict a pdb_blocked", "evict b pdb_blocked", "delete a deleted"},
-			wantOutcome:  agent.OutcomeDeleted,
+			wantOutcome:  eviction.OutcomeDeleted,
 			wantEvents:   []string{EventReasonEvictionBlocked, EventReasonEscalatedToDelete},
 		},
 		{
 			after:        EscalateStop,
 			wantAttempts: []string{"evict a pdb_blocked", "evict b pdb_blocked"},
-			wantOutcome:  agent.OutcomePDBBlocked,
+			wantOutcome:  eviction.OutcomePDBBlocked,
 			wantEvents:   []string{EventReasonEvictionBlocked, EventReasonEvictionGaveUp},
 		},
 	} {
@@ -202,7 +202,7 @@ func TestUIDPreconditionSparesRecreatedPodOfSameName(t *testing.T) {
 
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(ctx, []Candidate{stale})
-	if res.Outcome != agent.OutcomeGone || len(res.Attempts) != 1 || !apierrors.IsConflict(res.Attempts[0].Err) {
+	if res.Outcome != eviction.OutcomeGone || len(res.Attempts) != 1 || !apierrors.IsConflict(res.Attempts[0].Err) {
 		t.Fatalf("outcome %s attempts %v err %v; want gone after a UID precondition conflict", res.Outcome, outcomes(res), res.Err)
 	}
 	got, err := env.Client.CoreV1().Pods(n.namespace).Get(ctx, "reborn", metav1.GetOptions{})
@@ -223,7 +223,7 @@ func TestNotFoundEndsThePass(t *testing.T) {
 	}
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false), candidateFor(other, false)})
-	if res.Outcome != agent.OutcomeGone || len(res.Attempts) != 1 {
+	if res.Outcome != eviction.OutcomeGone || len(res.Attempts) != 1 {
 		t.Fatalf("outcome %s attempts %v: a vanished candidate must end the pass (its numbers are stale)", res.Outcome, outcomes(res))
 	}
 }
@@ -244,7 +244,7 @@ func TestServerErrorEndsThePass(t *testing.T) {
 	waitForPodInCache(t, inf, doubly, other)
 	ev := newTestEvictor(t, n, inf, nil)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(doubly, true), candidateFor(other, true)})
-	if res.Outcome != agent.OutcomeAPIError || len(res.Attempts) != 1 || !apierrors.IsInternalError(res.Attempts[0].Err) {
+	if res.Outcome != eviction.OutcomeAPIError || len(res.Attempts) != 1 || !apierrors.IsInternalError(res.Attempts[0].Err) {
 		t.Fatalf("outcome %s attempts %v err %v; want api_error after one 500", res.Outcome, outcomes(res), res.Err)
 	}
 	if got, err := env.Client.CoreV1().Pods(n.namespace).Get(context.Background(), other.Name, metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
@@ -265,7 +265,7 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 		o.RateLimit = RateLimitOptions{PerMinute: 0.01, Burst: 2, CoolDown: time.Nanosecond}
 	})
 	ctx := context.Background()
-	for i, want := range []agent.Outcome{agent.OutcomeEvicted, agent.OutcomeEvicted, agent.OutcomeRateLimited} {
+	for i, want := range []eviction.Outcome{eviction.OutcomeEvicted, eviction.OutcomeEvicted, eviction.OutcomeRateLimited} {
 		if res := ev.Evict(ctx, []Candidate{candidateFor(pods[i], false)}); res.Outcome != want {
 			t.Fatalf("eviction %d: outcome %s (err %v), want %s", i+1, res.Outcome, res.Err, want)
 		}
@@ -277,11 +277,11 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 	p4 := createPod(t, n.namespace, "p4", n.name, nil, nil)
 	p5 := createPod(t, n.namespace, "p5", n.name, nil, nil)
 	waitForPodInCache(t, inf, p4, p5)
-	if res := cool.Evict(ctx, []Candidate{candidateFor(p4, false)}); res.Outcome != agent.OutcomeEvicted {
+	if res := cool.Evict(ctx, []Candidate{candidateFor(p4, false)}); res.Outcome != eviction.OutcomeEvicted {
 		t.Fatalf("first eviction: %s %v", res.Outcome, res.Err)
 	}
-	if res := cool.Evict(ctx, []Candidate{candidateFor(p5, false)}); res.Outcome != agent.OutcomeCoolingDown {
-		t.Fatalf("eviction within cool-down: %s, want %s", res.Outcome, agent.OutcomeCoolingDown)
+	if res := cool.Evict(ctx, []Candidate{candidateFor(p5, false)}); res.Outcome != eviction.OutcomeCoolingDown {
+		t.Fatalf("eviction within cool-down: %s, want %s", res.Outcome, eviction.OutcomeCoolingDown)
 	}
 
 	// Local-storage violations are exempt from the cool-down (the kubelet evicts them all
@@ -295,7 +295,7 @@ func TestRateLimitsHoldBackEvictions(t *testing.T) {
 		return []Candidate{c}
 	}
 	for _, p := range []*corev1.Pod{p6, p7} {
-		if res := cool.Evict(ctx, local(p)); res.Outcome != agent.OutcomeEvicted {
+		if res := cool.Evict(ctx, local(p)); res.Outcome != eviction.OutcomeEvicted {
 			t.Fatalf("local-storage eviction of %s within the cool-down: %s %v", p.Name, res.Outcome, res.Err)
 		}
 	}
@@ -309,7 +309,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	ev := newTestEvictor(t, n, inf, func(o *EvictorOptions) { o.DryRun = true })
 	_, _, offset := auditWrites(t, agentUsername, 0)
 	res := ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
-	if res.Outcome != agent.OutcomeDryRun || res.Victim == nil || res.Victim.Pod.Name != "spared" {
+	if res.Outcome != eviction.OutcomeDryRun || res.Victim == nil || res.Victim.Pod.Name != "spared" {
 		t.Fatalf("dry run: outcome %s victim %v", res.Outcome, res.Victim)
 	}
 	time.Sleep(500 * time.Millisecond) // let any (wrong) asynchronous Event reach the audit log
@@ -359,24 +359,24 @@ func TestAPIServerDownUnderHardPressureStopsLocallyAndReportsLater(t *testing.T)
 		}
 	})
 	soft := ev.Evict(context.Background(), []Candidate{candidateFor(pod, false)})
-	if soft.Outcome != agent.OutcomeAPIError || len(stopper.stopped) != 0 {
+	if soft.Outcome != eviction.OutcomeAPIError || len(stopper.stopped) != 0 {
 		t.Fatalf("soft pressure with the API down: outcome %s, stopped %v; want api_error and no local stop", soft.Outcome, stopper.stopped)
 	}
 	// The loop passes every second; the local stop waits for LocalStop.After (3 s) of
 	// unreachability, counted from the first failed call.
 	downSince := time.Now()
-	var hard agent.EvictResult
+	var hard eviction.Result
 	for time.Since(downSince) < 10*time.Second {
 		hard = ev.Evict(context.Background(), []Candidate{candidateFor(pod, true)})
-		if hard.Outcome == agent.OutcomeStoppedLocally {
+		if hard.Outcome == eviction.OutcomeStoppedLocally {
 			break
 		}
-		if hard.Outcome != agent.OutcomeAPIError {
+		if hard.Outcome != eviction.OutcomeAPIError {
 			t.Fatalf("hard pressure with the API down: outcome %s (err %v)", hard.Outcome, hard.Err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if waited := time.Since(downSince); hard.Outcome != agent.OutcomeStoppedLocally || waited < 3*time.Second {
+	if waited := time.Since(downSince); hard.Outcome != eviction.OutcomeStoppedLocally || waited < 3*time.Second {
 		t.Fatalf("local stop: outcome %s after %v; want stopped_locally after at least 3 s", hard.Outcome, waited)
 	}
 	if len(stopper.stopped) != 1 || stopper.stopped[0] != pod.UID {

@@ -185,7 +185,7 @@ const directListInterval = 10 * time.Second
 
 // ListPodsDirect lists this node's pods from the API server itself (a consistent
 // read), bypassing the cache: the loop's remedy when the cache is found behind the node
-// (agent.DirectPods). At most one request per directListInterval; calls in between get
+// (agent.Pods.ListPodsDirect). At most one request per directListInterval; calls in between get
 // the last answer.
 func (n *NodeInformers) ListPodsDirect(ctx context.Context) ([]*corev1.Pod, error) {
 	n.freshMu.Lock()

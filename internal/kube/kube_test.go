@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -33,16 +33,16 @@ func TestClassifyTellsPDBRefusalFromThrottling(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want agent.Outcome
+		want eviction.Outcome
 	}{
-		{"accepted", nil, agent.OutcomeEvicted},
-		{"pdb", pdb, agent.OutcomePDBBlocked},
-		{"wrapped pdb", fmt.Errorf("evicting: %w", pdb), agent.OutcomePDBBlocked},
-		{"apf throttling", apierrors.NewTooManyRequests("slow down", 1), agent.OutcomeThrottled},
-		{"not found", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), agent.OutcomeGone},
-		{"uid precondition", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("precondition failed")), agent.OutcomeGone},
-		{"server error", apierrors.NewInternalError(errors.New("boom")), agent.OutcomeAPIError},
-		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no")), agent.OutcomeAPIError},
+		{"accepted", nil, eviction.OutcomeEvicted},
+		{"pdb", pdb, eviction.OutcomePDBBlocked},
+		{"wrapped pdb", fmt.Errorf("evicting: %w", pdb), eviction.OutcomePDBBlocked},
+		{"apf throttling", apierrors.NewTooManyRequests("slow down", 1), eviction.OutcomeThrottled},
+		{"not found", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p"), eviction.OutcomeGone},
+		{"uid precondition", apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "p", errors.New("precondition failed")), eviction.OutcomeGone},
+		{"server error", apierrors.NewInternalError(errors.New("boom")), eviction.OutcomeAPIError},
+		{"forbidden", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no")), eviction.OutcomeAPIError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := classify(tc.err); got != tc.want {

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
+
+	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // ConditionsMode says which node conditions evictiond publishes (config
@@ -102,10 +104,10 @@ func (o *NodeStatusOptions) setDefaults() {
 		o.Conditions = ConditionsOwn
 	}
 	if o.ReassertInterval <= 0 {
-		o.ReassertInterval = time.Second
+		o.ReassertInterval = policy.DefaultReassertInterval
 	}
 	if o.APITimeout <= 0 {
-		o.APITimeout = 5 * time.Second
+		o.APITimeout = DefaultAPITimeout
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/eviction"
 )
 
 // startNodeStatus runs a NodeStatus as the agent on n until the test ends.
@@ -414,7 +414,7 @@ func TestQuietHourMakesNoAPIWrites(t *testing.T) {
 	// conditions" and has no candidates each pass, the re-assert ticker fires each second.
 	for range 3600 {
 		status.SetConditions(nil)
-		if res := ev.Evict(context.Background(), nil); res.Outcome != agent.OutcomeNoCandidates {
+		if res := ev.Evict(context.Background(), nil); res.Outcome != eviction.OutcomeNoCandidates {
 			t.Fatalf("quiet pass: outcome %s", res.Outcome)
 		}
 		fakeClock.Step(time.Second)

@@ -86,9 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.ProcDir, "/proc")
 	def(&c.CgroupDir, "/sys/fs/cgroup")
-	def(&c.KubeletRootDir, "/var/lib/kubelet")
-	def(&c.PodLogsDir, "/var/log/pods")
-	def(&c.ImageFsDir, "/var/lib/containerd")
+	def(&c.KubeletRootDir, nodefs.DefaultKubeletRootDir)
+	def(&c.PodLogsDir, nodefs.DefaultPodLogsDir)
+	def(&c.ImageFsDir, nodefs.DefaultImageFsDir)
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = CgroupDriverAuto
 	}

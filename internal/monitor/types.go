@@ -76,9 +76,6 @@ func (p PodRef) runtimeUID() types.UID {
 	return p.UID
 }
 
-// mirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey.
-const mirrorAnnotation = "kubernetes.io/config.mirror"
-
 // PodRefsFromPods turns the API server's pods into what the monitor needs.
 // The QoS class is the one the API server set in status (empty: the monitor
 // tries each tier).
@@ -86,7 +83,7 @@ func PodRefsFromPods(pods []*v1.Pod) []PodRef {
 	out := make([]PodRef, 0, len(pods))
 	for _, p := range pods {
 		ref := PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass)}
-		if mirror := p.Annotations[mirrorAnnotation]; mirror != "" && types.UID(mirror) != p.UID {
+		if mirror := p.Annotations[policy.MirrorAnnotation]; mirror != "" && types.UID(mirror) != p.UID {
 			ref.RuntimeUID = types.UID(mirror)
 		}
 		out = append(out, ref)

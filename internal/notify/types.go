@@ -176,7 +176,7 @@ type Options struct {
 	// an armed kernel notifier: the brake (brake.enabled) estimates how fast
 	// a signal falls from the readings before a crossing, and a memcg
 	// threshold event carries none. The poll's readings reach the loop
-	// through ReadMemory's owner (daemon.MonitorStats). Cost: 10 reads a
+	// through ReadMemory's owner (node.Stats). Cost: 10 reads a
 	// second far from the thresholds, ~0.3 ms each.
 	PollForRates bool
 	// RearmInterval: how often memcg thresholds are recomputed as
@@ -195,10 +195,11 @@ type Options struct {
 
 // Default values.
 const (
-	DefaultCgroupRoot      = "/sys/fs/cgroup"
-	DefaultKubepodsCgroup  = "kubepods"
-	DefaultProcRoot        = "/proc"
-	DefaultPollInterval    = 100 * time.Millisecond
+	DefaultCgroupRoot     = "/sys/fs/cgroup"
+	DefaultKubepodsCgroup = "kubepods"
+	DefaultProcRoot       = "/proc"
+	// DefaultPollInterval is the configuration's (notifier.pollInterval).
+	DefaultPollInterval    = policy.DefaultPollInterval
 	DefaultPollMinInterval = 5 * time.Millisecond
 	DefaultPollRampRate    = int64(1) << 30
 	// PollPIDRampRate is the fastest growth of tasks the poll assumes
@@ -207,8 +208,9 @@ const (
 	// setup bomb).
 	PollPIDRampRate      = 10000
 	DefaultRearmInterval = 5 * time.Second
-	DefaultPSIStall      = 100 * time.Millisecond
-	DefaultPSIWindow     = 2 * time.Second
+	// The configuration's notifier.psi defaults.
+	DefaultPSIStall  = policy.DefaultPSIStall
+	DefaultPSIWindow = policy.DefaultPSIWindow
 )
 
 // Mode of one notifier, as Status reports it.

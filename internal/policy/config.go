@@ -182,6 +182,10 @@ const (
 	DefaultPodCleanupTimeout        = 30 * time.Second
 	DefaultHousekeepingInterval     = 10 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
+	DefaultPSIStall                 = 100 * time.Millisecond
+	DefaultPSIWindow                = 2 * time.Second
+	DefaultReassertInterval         = time.Second
+	DefaultCRIEndpoint              = "unix:///run/containerd/containerd.sock"
 	DefaultImageStateFile           = "/var/lib/evictiond/images.json"
 
 	MemoryFormulaWorkingSet   = "workingSet"
@@ -637,8 +641,8 @@ func (c *compiler) notifier(n NotifierSettings) NotifierConfig {
 		MemoryEvents:    boolOr(n.MemoryEvents, true),
 		PSIEnabled:      boolOr(n.PSI.Enabled, true),
 		PSIType:         n.PSI.Type,
-		PSIStall:        c.duration("notifier.psi.stall", n.PSI.Stall, 100*time.Millisecond, time.Millisecond, 10*time.Second),
-		PSIWindow:       c.duration("notifier.psi.window", n.PSI.Window, 2*time.Second, 500*time.Millisecond, 10*time.Second),
+		PSIStall:        c.duration("notifier.psi.stall", n.PSI.Stall, DefaultPSIStall, time.Millisecond, 10*time.Second),
+		PSIWindow:       c.duration("notifier.psi.window", n.PSI.Window, DefaultPSIWindow, 500*time.Millisecond, 10*time.Second),
 		PollInterval:    c.duration("notifier.pollInterval", n.PollInterval, DefaultPollInterval, 10*time.Millisecond, 10*time.Second),
 	}
 	switch out.PSIType {
@@ -757,7 +761,7 @@ func catchAllSelector(s *metav1.LabelSelector) string {
 // nodeStatus compiles the nodeStatus section.
 func (c *compiler) nodeStatus(ns NodeStatusSettings) NodeStatusConfig {
 	out := NodeStatusConfig{Conditions: c.conditionsMode(ns.Conditions),
-		ReassertInterval: c.duration("nodeStatus.reassertInterval", ns.ReassertInterval, time.Second, 100*time.Millisecond, time.Minute),
+		ReassertInterval: c.duration("nodeStatus.reassertInterval", ns.ReassertInterval, DefaultReassertInterval, 100*time.Millisecond, time.Minute),
 		Taints:           map[v1.NodeConditionType]v1.TaintEffect{}}
 	if boolOr(ns.Taints.Enabled, true) {
 		for _, te := range []struct {

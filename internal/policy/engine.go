@@ -585,7 +585,7 @@ func (e *Engine) localStorageCandidates(in Input, now time.Time) []Candidate {
 		}
 		out = append(out, Candidate{Pod: pod, Signal: sig, Hard: true, LocalStorage: true,
 			GracePeriodSeconds: ImmediateEvictionGracePeriodSeconds, Message: msg,
-			Annotations:     map[string]string{"starved_resource": string(ResourceEphemeralStorage)},
+			Annotations:     map[string]string{AnnotationStarvedResource: string(ResourceEphemeralStorage)},
 			Reason:          "over its local storage limit: " + msg,
 			ExpectedReclaim: used})
 	}

@@ -12,7 +12,9 @@ import (
 // Annotations the kubelet uses to mark static and mirror pods.
 const (
 	configSourceAnnotation = "kubernetes.io/config.source"
-	configMirrorAnnotation = "kubernetes.io/config.mirror"
+	// MirrorAnnotation is the kubelet's kubetypes.ConfigMirrorAnnotationKey:
+	// on a static pod's mirror, the UID the node runs the static pod under.
+	MirrorAnnotation = "kubernetes.io/config.mirror"
 )
 
 // IsCriticalPod is the kubelet's rule: static pods, mirror pods and pods at
@@ -21,7 +23,7 @@ func IsCriticalPod(pod *v1.Pod) bool {
 	if src, ok := pod.Annotations[configSourceAnnotation]; ok && src != "api" {
 		return true
 	}
-	if _, ok := pod.Annotations[configMirrorAnnotation]; ok {
+	if _, ok := pod.Annotations[MirrorAnnotation]; ok {
 		return true
 	}
 	return pod.Spec.Priority != nil && *pod.Spec.Priority >= SystemCriticalPriority

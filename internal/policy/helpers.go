@@ -248,3 +248,27 @@ func signalFilesystem(s Signal, layout FilesystemLayout) filesystem {
 	}
 	return fsNone
 }
+
+// SameFilesystem lists the disk signals of s's unit (bytes or inodes) that
+// measure the filesystem s measures under layout: what a reclaim step that
+// frees space for s frees for each of them.
+func SameFilesystem(s Signal, layout FilesystemLayout) []Signal {
+	on := func(s Signal) filesystem {
+		if !layout.DedicatedImageFs && signalFilesystem(s, layout) != fsNone {
+			return fsNode // one filesystem holds everything
+		}
+		return signalFilesystem(s, layout)
+	}
+	all := []Signal{SignalNodeFsAvailable, SignalImageFsAvailable, SignalContainerFsAvailable}
+	if s.Resource() == ResourceInodes {
+		all = []Signal{SignalNodeFsInodesFree, SignalImageFsInodesFree, SignalContainerFsInodesFree}
+	}
+	fs := on(s)
+	var out []Signal
+	for _, c := range all {
+		if fs != fsNone && on(c) == fs {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -454,3 +454,33 @@ func TestEngine_SetConfigKeepsStateOfThresholdsThatRemain(t *testing.T) {
 		t.Fatalf("a removed threshold is still met: %d", len(a.Met))
 	}
 }
+
+// What a reclaim step frees for one disk signal it frees for every signal on
+// the same filesystem, by layout (simulate's node credits them all).
+func TestSameFilesystem_PerLayout(t *testing.T) {
+	single := FilesystemLayout{}
+	dedicated := FilesystemLayout{DedicatedImageFs: true}
+	split := FilesystemLayout{DedicatedImageFs: true, SplitContainerFs: true}
+	bytes := []Signal{SignalNodeFsAvailable, SignalImageFsAvailable, SignalContainerFsAvailable}
+	cases := []struct {
+		signal Signal
+		layout FilesystemLayout
+		want   []Signal
+	}{
+		{SignalNodeFsAvailable, single, bytes},
+		{SignalImageFsAvailable, single, bytes},
+		{SignalNodeFsInodesFree, single, []Signal{SignalNodeFsInodesFree, SignalImageFsInodesFree, SignalContainerFsInodesFree}},
+		{SignalNodeFsAvailable, dedicated, []Signal{SignalNodeFsAvailable}},
+		{SignalImageFsAvailable, dedicated, []Signal{SignalImageFsAvailable, SignalContainerFsAvailable}},
+		{SignalContainerFsInodesFree, dedicated, []Signal{SignalImageFsInodesFree, SignalContainerFsInodesFree}},
+		{SignalImageFsAvailable, split, []Signal{SignalImageFsAvailable}},
+		{SignalContainerFsAvailable, split, []Signal{SignalNodeFsAvailable, SignalContainerFsAvailable}},
+		{SignalNodeFsInodesFree, split, []Signal{SignalNodeFsInodesFree, SignalContainerFsInodesFree}},
+		{SignalMemoryAvailable, single, nil},
+	}
+	for _, tc := range cases {
+		if got := SameFilesystem(tc.signal, tc.layout); !slices.Equal(got, tc.want) {
+			t.Errorf("SameFilesystem(%s, %+v) = %v, want %v", tc.signal, tc.layout, got, tc.want)
+		}
+	}
+}

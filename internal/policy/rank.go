@@ -425,9 +425,9 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 		}
 	}
 	ann := map[string]string{
-		"offending_containers":       strings.Join(names, ","),
-		"offending_containers_usage": strings.Join(usages, ","),
-		"starved_resource":           string(res),
+		AnnotationOffendingContainers:      strings.Join(names, ","),
+		AnnotationOffendingContainersUsage: strings.Join(usages, ","),
+		AnnotationStarvedResource:          string(res),
 	}
 	return b.String(), ann
 }

@@ -262,3 +262,12 @@ type Candidate struct {
 type Clock interface {
 	Now() time.Time
 }
+
+// The Evicted Event's annotations, the kubelet's keys (pkg/kubelet/eviction's
+// OffendingContainersKey, OffendingContainersUsageKey, StarvedResourceKey),
+// which tools reading the kubelet's Events already know.
+const (
+	AnnotationOffendingContainers      = "offending_containers"
+	AnnotationOffendingContainersUsage = "offending_containers_usage"
+	AnnotationStarvedResource          = "starved_resource"
+)

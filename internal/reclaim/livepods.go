@@ -4,11 +4,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-)
 
-// mirrorPodAnnotation holds, on a static pod's mirror pod, the UID the kubelet gave the static
-// pod (kubetypes.ConfigMirrorAnnotationKey).
-const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+	"github.com/evictiond/evictiond/internal/policy"
+)
 
 // LivePodsFromPods builds the live pod set from the pods the API server has bound to this node
 // (any phase). The kubelet names a static pod's sandbox, containers and log directory with the
@@ -21,7 +19,7 @@ func LivePodsFromPods(pods []*v1.Pod) LivePods {
 			continue
 		}
 		live.Insert(p.UID)
-		if uid := p.Annotations[mirrorPodAnnotation]; uid != "" {
+		if uid := p.Annotations[policy.MirrorAnnotation]; uid != "" {
 			live.Insert(types.UID(uid))
 		}
 	}

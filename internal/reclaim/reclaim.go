@@ -42,23 +42,21 @@ import (
 
 	criclient "k8s.io/cri-client/pkg"
 
+	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
 // Defaults of Options, applied by New to zero fields.
 const (
 	// DefaultRuntimeEndpoint is containerd's CRI socket. CRI-O's is unix:///var/run/crio/crio.sock.
-	DefaultRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	DefaultRuntimeEndpoint = policy.DefaultCRIEndpoint
 	// DefaultCallTimeout bounds every CRI call (and the connection attempt). The kubelet's
 	// runtimeRequestTimeout is 2m; image removal on a loaded disk is the slowest call here.
 	DefaultCallTimeout = 2 * time.Minute
 	// DefaultStateFile is where first-seen and last-used times of images are kept across restarts.
-	DefaultStateFile = "/var/lib/evictiond/images.json"
-	// DefaultNodeFsPath is the kubelet's root directory, whose filesystem is nodefs.
-	DefaultNodeFsPath = "/var/lib/kubelet"
-	// DefaultPodLogsDir is where the kubelet writes container logs, one directory per pod.
-	DefaultPodLogsDir = "/var/log/pods"
-	// DefaultContainerLogsDir holds the kubelet's per-container symlinks into DefaultPodLogsDir.
+	DefaultStateFile = policy.DefaultImageStateFile
+	// DefaultContainerLogsDir holds the kubelet's per-container symlinks into
+	// nodefs.DefaultPodLogsDir.
 	DefaultContainerLogsDir = "/var/log/containers"
 	// DefaultPodLogsMinAge protects a pod log directory created moments ago, whose pod may not
 	// be in the live-pod set yet (the set comes from an informer and can lag the kubelet).
@@ -91,9 +89,9 @@ type Options struct {
 	// HostRoot prefixes every host path below (and log paths reported by the runtime) when the
 	// agent sees the host's filesystem under a mount, e.g. "/host". Default "" (host paths as is).
 	HostRoot string
-	// NodeFsPath is a path on nodefs (the kubelet's root dir). Default DefaultNodeFsPath.
+	// NodeFsPath is a path on nodefs (the kubelet's root dir). Default nodefs.DefaultKubeletRootDir.
 	NodeFsPath string
-	// PodLogsDir is the kubelet's pod log directory. Default DefaultPodLogsDir.
+	// PodLogsDir is the kubelet's pod log directory. Default nodefs.DefaultPodLogsDir.
 	PodLogsDir string
 	// ContainerLogsDir is the kubelet's container log symlink directory. Default DefaultContainerLogsDir.
 	ContainerLogsDir string
@@ -124,10 +122,10 @@ func (o *Options) applyDefaults() {
 		o.StateFile = DefaultStateFile
 	}
 	if o.NodeFsPath == "" {
-		o.NodeFsPath = DefaultNodeFsPath
+		o.NodeFsPath = nodefs.DefaultKubeletRootDir
 	}
 	if o.PodLogsDir == "" {
-		o.PodLogsDir = DefaultPodLogsDir
+		o.PodLogsDir = nodefs.DefaultPodLogsDir
 	}
 	if o.ContainerLogsDir == "" {
 		o.ContainerLogsDir = DefaultContainerLogsDir

@@ -2,6 +2,8 @@ package simulate
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -15,13 +17,17 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
+	"github.com/evictiond/evictiond/internal/brake"
+	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// Node is a scenario's node as the daemon sees it: the pods bound to it, the
-// signals and pod usage of the current step, what node-level reclaim frees,
-// and which evictions the API server refuses. It implements the loop's Stats
-// and Pods and the daemon's Reclaimer; Clientset answers like an API server.
+// Node is a scenario's node as the daemon sees it (daemon.Node): the pods
+// bound to it, the signals and pod usage of the current step, what
+// node-level reclaim frees, which evictions the API server refuses, and the
+// brake's holds on the virtual clock. It also lists the pods (agent.Pods);
+// Clientset answers like an API server.
 type Node struct {
 	Name   string
 	layout policy.FilesystemLayout
@@ -33,11 +39,15 @@ type Node struct {
 	stats       policy.PodStatsByUID
 	reclaimable map[policy.ReclaimStep]int64
 	refused     map[types.UID]bool
+	// held are the pods the brake froze, each until its deadline on the
+	// virtual clock; onExpire runs when Apply passes one.
+	held     map[types.UID]brake.Hold
+	onExpire func(brake.Hold, error)
 }
 
 // NewNode is the scenario's node at its start, reading the time from now.
 func NewNode(sc *Scenario, now func() time.Time) *Node {
-	n := &Node{Name: nodeName(sc), now: now, obs: policy.Observations{}, stats: policy.PodStatsByUID{},
+	n := &Node{Name: nodeName(sc), now: now, obs: policy.Observations{}, stats: policy.PodStatsByUID{}, held: map[types.UID]brake.Hold{},
 		layout: policy.FilesystemLayout{DedicatedImageFs: sc.Node.DedicatedImageFs, SplitContainerFs: sc.Node.SplitContainerFs}}
 	for i := range sc.Pods {
 		n.pods = append(n.pods, n.bind(&sc.Pods[i]))
@@ -71,8 +81,14 @@ type StepInput struct {
 	Refused      map[types.UID]bool
 }
 
-// Apply makes in the node's state.
+// Apply makes in the node's state, at the virtual clock's time: a hold past
+// its deadline (brake.maxFreeze) is thawed first, as the node's timer would.
 func (n *Node) Apply(in StepInput) {
+	for _, h := range n.expireHolds() {
+		if n.onExpire != nil {
+			n.onExpire(h, nil)
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	kept := n.pods[:0]
@@ -106,6 +122,10 @@ func (n *Node) Pods() []*v1.Pod {
 // ListPods is the loop's agent.Pods.
 func (n *Node) ListPods() ([]*v1.Pod, error) { return n.Pods(), nil }
 
+// ListPodsDirect is the API server's list: a scenario's pod list is never
+// behind it.
+func (n *Node) ListPodsDirect(context.Context) ([]*v1.Pod, error) { return n.Pods(), nil }
+
 // Observe is the loop's agent.Stats: the current readings.
 func (n *Node) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
 	n.mu.Lock()
@@ -121,29 +141,142 @@ func (n *Node) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
 // rest of a pod's usage.
 func (n *Node) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {}
 
+// ObserveFast reads the current readings (a scenario's signals all change
+// at its steps).
+func (n *Node) ObserveFast() policy.Observations {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return copyObs(n.obs)
+}
+
+// FastReadings is empty: a scenario has no fast poll between its steps.
+func (n *Node) FastReadings() []policy.Observations { return nil }
+
+// PodCgroupUIDs are the pods bound to the node: every one of them runs.
+func (n *Node) PodCgroupUIDs() ([]types.UID, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	uids := make([]types.UID, 0, len(n.pods))
+	for _, p := range n.pods {
+		uids = append(uids, p.UID)
+	}
+	return uids, nil
+}
+
+// Freeze holds the pod until maxFreeze on the virtual clock; freezing a pod
+// already held keeps the first hold, as brake.Brake does.
+func (n *Node) Freeze(pod *v1.Pod, maxFreeze time.Duration) (brake.Hold, error) {
+	key := pod.Namespace + "/" + pod.Name
+	if pod.UID == "" {
+		return brake.Hold{}, fmt.Errorf("freeze pod %q: UID is empty", key)
+	}
+	if maxFreeze <= 0 {
+		return brake.Hold{}, fmt.Errorf("freeze pod %s: maxFreeze %v: must be positive", key, maxFreeze)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h, ok := n.held[pod.UID]; ok {
+		return h, nil
+	}
+	now := n.now()
+	h := brake.Hold{UID: pod.UID, Pod: key, FrozenAt: now, Deadline: now.Add(maxFreeze)}
+	n.held[pod.UID] = h
+	return h, nil
+}
+
+// Thaw ends the pod's hold.
+func (n *Node) Thaw(uid types.UID) (brake.Hold, bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, ok := n.held[uid]
+	delete(n.held, uid)
+	return h, ok, nil
+}
+
+// Kill ends the pod's hold; the pod's processes (its podStats) are what it
+// kills. The pod stays bound until a step says it is gone, as on a node the
+// kubelet reports it.
+func (n *Node) Kill(uid types.UID, timeout time.Duration) (brake.Hold, int, bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h, ok := n.held[uid]
+	if !ok {
+		return brake.Hold{}, 0, false, nil
+	}
+	delete(n.held, uid)
+	killed := 0
+	if p := n.stats[uid].Processes; p != nil {
+		killed = int(*p)
+	}
+	return h, killed, true, nil
+}
+
+// Held lists the holds, oldest first.
+func (n *Node) Held() []brake.Hold {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]brake.Hold, 0, len(n.held))
+	for _, h := range n.held {
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].FrozenAt.Equal(out[j].FrozenAt) {
+			return out[i].FrozenAt.Before(out[j].FrozenAt)
+		}
+		return out[i].UID < out[j].UID
+	})
+	return out
+}
+
+// OnBrakeExpired sets what runs when a hold passes its deadline.
+func (n *Node) OnBrakeExpired(fn func(brake.Hold, error)) { n.onExpire = fn }
+
+// expireHolds ends the holds whose deadline the virtual clock passed.
+func (n *Node) expireHolds() []brake.Hold {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	var out []brake.Hold
+	for uid, h := range n.held {
+		if !now.Before(h.Deadline) {
+			out = append(out, h)
+			delete(n.held, uid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+	return out
+}
+
+// Wake is nil: a scenario's passes are its steps.
+func (n *Node) Wake() <-chan struct{} { return nil }
+
+// Reconfigure: a scenario's configuration does not change.
+func (n *Node) Reconfigure(*policy.Config) {}
+
 // Reclaim frees what the step says the reclaim step frees: every signal of
 // the same unit on the starved signal's filesystem gains it, read now.
-func (n *Node) Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) agent.ReclaimResult {
+func (n *Node) Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	amount := n.reclaimable[step]
 	now := n.now()
-	for _, s := range sameFilesystem(signal, n.layout) {
+	for _, s := range policy.SameFilesystem(signal, n.layout) {
 		if o, ok := n.obs[s]; ok {
 			o.Available = min(o.Available+amount, o.Capacity)
 			o.Time = now
 			n.obs[s] = o
 		}
 	}
-	return agent.ReclaimResult{Freed: amount}
+	return eviction.ReclaimResult{Freed: amount}
 }
 
 // StopPodSandboxByPodUID is the local stop (the API server unreachable): a
-// simulated API server always answers, so it is never called.
-func (n *Node) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error { return nil }
-
-// SetDryRun: a simulated reclaim removes nothing either way.
-func (n *Node) SetDryRun(bool) {}
+// held pod is killed first, as on a node. A simulated API server always
+// answers, so the evictor does not call it.
+func (n *Node) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error {
+	_, _, _, err := n.Kill(uid, 0)
+	return err
+}
 
 // Clientset is a client-go fake API server for the daemon: it holds the
 // scenario's pods, answers evictions with 201, or with the 429 of a
@@ -198,3 +331,5 @@ func pdbRefusal(name string) error {
 		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget needs 1 healthy pods and has 1 currently"})
 	return err
 }
+
+var _ daemon.Node = (*Node)(nil)

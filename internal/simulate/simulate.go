@@ -27,6 +27,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -284,7 +285,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	clk := clocktesting.NewFakeClock(Epoch)
 	node := NewNode(sc, clk.Now)
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Stats: node, Reclaimer: node,
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Node: node,
 		Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -297,7 +298,9 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 		clk.SetTime(Epoch.Add(st.At))
 		node.Apply(st.Input)
 		rep := d.Agent.Pass(ctx, "simulate")
-		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, clk.Now()))
+		// Ages are the step's: the pass may have waited on the virtual clock
+		// (the brake's second reading) as it would on a node.
+		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, Epoch.Add(st.At)))
 	}
 	return res, nil
 }
@@ -388,6 +391,12 @@ type BrakeResult struct {
 	Rate             string `json:"rate,omitempty"`
 	TimeToExhaustion string `json:"timeToExhaustion,omitempty"`
 	EvictionPath     string `json:"evictionPath"`
+	// Frozen and Killed name the pod the scenario's node froze before the
+	// request and killed once it was accepted; Thawed the holds ended
+	// without a kill (the request refused).
+	Frozen string   `json:"frozen,omitempty"`
+	Killed string   `json:"killed,omitempty"`
+	Thawed []string `json:"thawed,omitempty"`
 }
 
 func brakeResult(d policy.BrakeDecision, first policy.Candidate) *BrakeResult {
@@ -467,6 +476,7 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	}
 	if rep.Brake != nil && len(sel.Candidates) > 0 {
 		sr.Brake = brakeResult(rep.Brake.BrakeDecision, sel.Candidates[0])
+		sr.Brake.Frozen, sr.Brake.Killed, sr.Brake.Thawed = rep.Brake.Frozen, rep.Brake.Killed, rep.Brake.Thawed
 	}
 	if len(rep.Evictions) == 0 {
 		return sr
@@ -475,7 +485,7 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	sr.EvictionOutcome = string(ev.Outcome)
 	refused := 0
 	for _, at := range ev.Attempts {
-		if at.Outcome != agent.OutcomePDBBlocked {
+		if at.Outcome != eviction.OutcomePDBBlocked {
 			continue
 		}
 		refused++
@@ -488,13 +498,13 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	switch {
 	case ev.Victim != nil:
 		er := evictionResult(*ev.Victim)
-		if ev.Outcome == agent.OutcomeDeleted {
+		if ev.Outcome == eviction.OutcomeDeleted {
 			er.Reason = fmt.Sprintf("deleted directly: %d candidates refused by PodDisruptionBudgets under hard pressure (eviction.pdbEscalation.delete); %s", refused, er.Reason)
 		}
 		sr.Eviction = &er
-	case ev.Outcome == agent.OutcomePDBBlocked && a.Starved.Threshold.Hard():
+	case ev.Outcome == eviction.OutcomePDBBlocked && a.Starved.Threshold.Hard():
 		sr.Notes = append(sr.Notes, fmt.Sprintf("%d candidates refused by PodDisruptionBudgets under hard pressure; escalation stops (eviction.pdbEscalation.delete is false)", refused))
-	case ev.Outcome == agent.OutcomePDBBlocked:
+	case ev.Outcome == eviction.OutcomePDBBlocked:
 		sr.Notes = append(sr.Notes, fmt.Sprintf("every candidate (%d) refused by PodDisruptionBudgets under soft pressure; nothing is forced", refused))
 	default:
 		sr.Notes = append(sr.Notes, "no eviction: "+outcomeNote(ev, cfg))
@@ -503,46 +513,17 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 }
 
 // outcomeNote says why the evictor took no pod down.
-func outcomeNote(ev agent.EvictResult, cfg *policy.Config) string {
+func outcomeNote(ev eviction.Result, cfg *policy.Config) string {
 	switch ev.Outcome {
-	case agent.OutcomeCoolingDown:
+	case eviction.OutcomeCoolingDown:
 		return fmt.Sprintf("cooling down after the last eviction (eviction.rateLimits.cooldown %v)", cfg.RateLimits.Cooldown)
-	case agent.OutcomeRateLimited:
+	case eviction.OutcomeRateLimited:
 		return fmt.Sprintf("token bucket empty (eviction.rateLimits.perMinute %v, burst %d)", cfg.RateLimits.PerMinute, cfg.RateLimits.Burst)
 	}
 	if ev.Err != nil {
 		return fmt.Sprintf("%s: %v", ev.Outcome, ev.Err)
 	}
 	return string(ev.Outcome)
-}
-
-// sameFilesystem lists the signals of the same unit that measure the same
-// filesystem as s under layout.
-func sameFilesystem(s policy.Signal, layout policy.FilesystemLayout) []policy.Signal {
-	inodes := s.Resource() == policy.ResourceInodes
-	pick := func(bytes, in policy.Signal) policy.Signal {
-		if inodes {
-			return in
-		}
-		return bytes
-	}
-	node := pick(policy.SignalNodeFsAvailable, policy.SignalNodeFsInodesFree)
-	image := pick(policy.SignalImageFsAvailable, policy.SignalImageFsInodesFree)
-	container := pick(policy.SignalContainerFsAvailable, policy.SignalContainerFsInodesFree)
-	switch {
-	case !layout.DedicatedImageFs:
-		return []policy.Signal{node, image, container}
-	case layout.SplitContainerFs:
-		if s == image {
-			return []policy.Signal{image}
-		}
-		return []policy.Signal{node, container}
-	default:
-		if s == node {
-			return []policy.Signal{node}
-		}
-		return []policy.Signal{image, container}
-	}
 }
 
 func capacityValue(s policy.Signal, o policy.Observation) int64 {

@@ -43,6 +43,14 @@ func WriteText(w io.Writer, r *Result) {
 		if b := s.Brake; b != nil {
 			if b.Fire {
 				fmt.Fprintf(w, "  BRAKE: %s\n    %s\n", b.Reason, b.Action)
+				switch {
+				case b.Killed != "":
+					fmt.Fprintf(w, "    frozen %s, killed on the node: %s\n", b.Frozen, b.Killed)
+				case len(b.Thawed) > 0:
+					fmt.Fprintf(w, "    frozen %s, thawed: %s\n", b.Frozen, strings.Join(b.Thawed, ", "))
+				case b.Frozen != "":
+					fmt.Fprintf(w, "    frozen %s, held until the eviction is answered or brake.maxFreeze\n", b.Frozen)
+				}
 			} else {
 				fmt.Fprintf(w, "  no brake: %s\n", b.Reason)
 			}

@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"context"
@@ -12,25 +12,20 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// MonitorStats is the agent's Stats, read by the monitor: node signals and
-// the usage of the pods the agent is deciding about.
-type MonitorStats struct {
+// Stats is the loop's agent.Stats, read by the monitor: node signals, the
+// fast readings and their recent history, the pods' usage and cgroups.
+type Stats struct {
 	M *monitor.Monitor
 	// Recent, when set, keeps the newest fast readings (the fast poll's,
 	// which reads through ObserveFast) for the brake's rate estimate.
 	Recent *RecentReadings
 }
 
-var (
-	_ agent.Stats       = MonitorStats{}
-	_ agent.FastStats   = MonitorStats{}
-	_ agent.FastHistory = MonitorStats{}
-	_ agent.PodCgroups  = MonitorStats{}
-)
+var _ agent.Stats = Stats{}
 
 // ObserveFast reads the memory signals, pid.available and nodefs alone (the
 // fast poll's reading, the brake's second reading), and keeps it in Recent.
-func (s MonitorStats) ObserveFast() policy.Observations {
+func (s Stats) ObserveFast() policy.Observations {
 	obs := s.M.ObserveFast().Observations
 	s.Recent.add(obs)
 	return obs
@@ -38,7 +33,7 @@ func (s MonitorStats) ObserveFast() policy.Observations {
 
 // FastReadings returns the fast readings taken since the last call, oldest
 // first.
-func (s MonitorStats) FastReadings() []policy.Observations { return s.Recent.drain() }
+func (s Stats) FastReadings() []policy.Observations { return s.Recent.drain() }
 
 // RecentReadings keeps the newest fast readings until the loop takes them:
 // written by the fast poll's goroutine, read by the loop's.
@@ -76,7 +71,7 @@ func (r *RecentReadings) drain() []policy.Observations {
 }
 
 // PodCgroupUIDs names the pods that have a cgroup under kubepods.
-func (s MonitorStats) PodCgroupUIDs() ([]types.UID, error) {
+func (s Stats) PodCgroupUIDs() ([]types.UID, error) {
 	refs, err := s.M.DiscoverPods()
 	if err != nil {
 		return nil, err
@@ -89,7 +84,7 @@ func (s MonitorStats) PodCgroupUIDs() ([]types.UID, error) {
 }
 
 // Observe reads the node signals and the pods' cached disk usage.
-func (s MonitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
+func (s Stats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
 	refs := monitor.PodRefsFromPods(pods)
 	s.M.SetPods(refs) // the disk refresher measures these pods
 	snap := s.M.ObserveNode(ctx)
@@ -104,7 +99,7 @@ func (s MonitorStats) Observe(ctx context.Context, pods []*v1.Pod) agent.Observe
 }
 
 // ObserveUsage adds fresh memory and process counts, for ranking.
-func (s MonitorStats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {
+func (s Stats) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.Observed) {
 	snap, ok := obs.Handle.(*monitor.Snapshot)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 const fixtureHost = "../monitor/testdata/v2-systemd"
 
-func TestMonitorStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
+func TestStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
 	m, err := monitor.New(monitor.Config{HostRoot: fixtureHost, CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
 	if err != nil {
 		t.Fatal(err)
@@ -21,7 +21,7 @@ func TestMonitorStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
 	pod.UID = "0e7f5a36-9c1e-4f53-9d0a-7f8ac2a1b111"
 	pod.Namespace, pod.Name = "shop", "web-7d9f"
 	pod.Status.QOSClass = v1.PodQOSBurstable
-	stats := MonitorStats{M: m}
+	stats := Stats{M: m}
 	obs := stats.Observe(context.Background(), []*v1.Pod{pod})
 	if _, ok := obs.Observations[policy.SignalMemoryAvailable]; !ok {
 		t.Errorf("no memory.available: %v", obs.Missing)
@@ -46,12 +46,12 @@ func TestMonitorStatsGivesTheAgentSignalsAndPodUsage(t *testing.T) {
 // The fast poll reads through ObserveFast; the loop takes those readings for
 // the brake's rate, oldest first, each once, and only the newest few are kept
 // however long the loop did not take them.
-func TestMonitorStatsKeepsTheNewestFastReadingsForTheLoop(t *testing.T) {
+func TestStatsKeepsTheNewestFastReadingsForTheLoop(t *testing.T) {
 	m, err := monitor.New(monitor.Config{HostRoot: fixtureHost, CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stats := MonitorStats{M: m, Recent: NewRecentReadings(3)}
+	stats := Stats{M: m, Recent: NewRecentReadings(3)}
 	if got := stats.FastReadings(); len(got) != 0 {
 		t.Fatalf("readings before any read: %v", got)
 	}
@@ -77,7 +77,7 @@ func TestMonitorStatsKeepsTheNewestFastReadingsForTheLoop(t *testing.T) {
 		t.Errorf("the same readings handed out twice: %d", len(again))
 	}
 	// Without Recent (a Stats built without it) nothing is kept.
-	if got := (MonitorStats{M: m}).FastReadings(); got != nil {
+	if got := (Stats{M: m}).FastReadings(); got != nil {
 		t.Errorf("readings without Recent: %v", got)
 	}
 }
