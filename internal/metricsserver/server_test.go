@@ -114,10 +114,10 @@ func TestPlainOnOneAddressServesEverything(t *testing.T) {
 }
 
 // A client that leaves its keep-alive connection open does not keep it in the agent
-// forever: the server closes it after idleTimeout.
+// forever: the server closes it after limits.IdleTimeout.
 func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
-	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
-	idleTimeout = 300 * time.Millisecond
+	defer func(l serverLimits) { limits = l }(limits)
+	limits.IdleTimeout = 300 * time.Millisecond
 	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0"}})
 	conn, err := net.Dial("tcp", s.MetricsAddr.String())
 	if err != nil {
@@ -143,7 +143,7 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 		t.Fatalf("idle connection: read %d bytes, err %v; want the server to close it (EOF)", n, err)
 	}
 	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("idle connection closed after %v; want about idleTimeout (300ms)", took)
+		t.Errorf("idle connection closed after %v; want about the idle timeout (300ms)", took)
 	}
 }
 
@@ -172,6 +172,8 @@ func TestMountedCertificateIsReloadedWhenTheFilesChange(t *testing.T) {
 		}
 		return certs[0]
 	}
+	defer func(d time.Duration) { certReloadInterval = d }(certReloadInterval)
+	certReloadInterval = 200 * time.Millisecond
 	first := writePair()
 	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
 		Client: fake.NewClientset()})
