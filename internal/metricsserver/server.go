@@ -31,7 +31,7 @@ type Flags struct {
 // AddFlags registers the flags with their defaults.
 func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.MetricsAddress, "metrics-address", ":9809", "address of /metrics: HTTPS, callers authenticated and authorized by the API server (get on nonResourceURL /metrics), unless --metrics-secure=false")
-	fs.StringVar(&f.HealthAddress, "health-address", ":9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false)")
+	fs.StringVar(&f.HealthAddress, "health-address", "127.0.0.1:9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false); loopback by default: on the host network the kubelet probes there (httpGet host 127.0.0.1) and nothing off the node can")
 	fs.BoolVar(&f.Secure, "metrics-secure", true, "serve /metrics over HTTPS with authentication and authorization; false serves it over plain HTTP to anyone who can reach the port (for scraping through a mesh)")
 	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serving certificate of /metrics (PEM, reloaded on change, e.g. a mounted Secret); empty: a self-signed certificate generated in memory and renewed before it expires")
 	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "private key of --tls-cert-file")
