@@ -18,7 +18,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -146,7 +145,7 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	restCfg.Wrap(reach.Wrap)
 	restCfg.UserAgent = "evictiond"
 	setClientLimits(restCfg)
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kube.NewClient(restCfg)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
