@@ -103,7 +103,10 @@ func daemonEvictions(t *testing.T, file string) []eviction {
 	}
 	clk := clocktesting.NewFakeClock(simulate.Epoch)
 	node := simulate.NewNode(sc, clk.Now)
-	client := node.Clientset()
+	client, err := node.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Node: node, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})

@@ -12,7 +12,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -87,7 +86,7 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 	restCfg.Wrap(reach.Wrap)
 	restCfg.UserAgent = "evictiond"
 	SetClientLimits(restCfg)
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kube.NewClient(restCfg)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}

@@ -2,15 +2,14 @@ package metricsserver
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	certutil "k8s.io/client-go/util/cert"
 )
 
@@ -76,39 +75,50 @@ func (s *selfSigned) generate() error {
 }
 
 // fromFiles serves the certificate and key of two files (a mounted Secret, e.g.
-// one cert-manager renews), reloaded when they change.
+// one cert-manager renews), re-read at a handshake once certReloadInterval has
+// passed since the last read: a scraper sees a replaced pair within that interval,
+// with no watch and no goroutine.
 type fromFiles struct {
-	content *dynamiccertificates.DynamicCertKeyPairContent
+	certFile, keyFile string
+	now               func() time.Time
 
 	mu      sync.Mutex
+	readAt  time.Time
 	certPEM []byte
 	keyPEM  []byte
 	parsed  *tls.Certificate
 }
 
-func newFromFiles(ctx context.Context, certFile, keyFile string) (*fromFiles, error) {
-	content, err := dynamiccertificates.NewDynamicServingContentFromFiles("metrics", certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file %s, --tls-private-key-file %s: %w", certFile, keyFile, err)
-	}
-	f := &fromFiles{content: content}
+// certReloadInterval: how stale a mounted pair may be (the kubelet itself takes up
+// to a minute to update a Secret volume).
+var certReloadInterval = 10 * time.Second
+
+func newFromFiles(certFile, keyFile string, now func() time.Time) (*fromFiles, error) {
+	f := &fromFiles{certFile: certFile, keyFile: keyFile, now: now}
 	if _, err := f.GetCertificate(nil); err != nil {
 		return nil, fmt.Errorf("--tls-cert-file %s, --tls-private-key-file %s: %w", certFile, keyFile, err)
 	}
-	go content.Run(ctx, 1) // watches both files (fsnotify, and a periodic re-read)
 	return f, nil
 }
 
 // GetCertificate is tls.Config.GetCertificate: the files' current pair. A pair
-// that does not parse (files caught mid-update) keeps the last good one.
+// that cannot be read or does not parse (files caught mid-update) keeps the last
+// good one.
 func (f *fromFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	certPEM, keyPEM := f.content.CurrentCertKeyContent()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.parsed != nil && bytes.Equal(certPEM, f.certPEM) && bytes.Equal(keyPEM, f.keyPEM) {
+	if f.parsed != nil && f.now().Sub(f.readAt) < certReloadInterval {
 		return f.parsed, nil
 	}
-	cert, _, err := parsePair(certPEM, keyPEM)
+	f.readAt = f.now()
+	certPEM, keyPEM, err := f.read()
+	if err == nil && f.parsed != nil && bytes.Equal(certPEM, f.certPEM) && bytes.Equal(keyPEM, f.keyPEM) {
+		return f.parsed, nil
+	}
+	var cert *tls.Certificate
+	if err == nil {
+		cert, _, err = parsePair(certPEM, keyPEM)
+	}
 	if err != nil {
 		if f.parsed != nil {
 			return f.parsed, nil
@@ -117,6 +127,16 @@ func (f *fromFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	}
 	f.certPEM, f.keyPEM, f.parsed = certPEM, keyPEM, cert
 	return cert, nil
+}
+
+func (f *fromFiles) read() (certPEM, keyPEM []byte, err error) {
+	if certPEM, err = os.ReadFile(f.certFile); err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = os.ReadFile(f.keyFile); err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
 }
 
 func parsePair(certPEM, keyPEM []byte) (*tls.Certificate, *x509.Certificate, error) {

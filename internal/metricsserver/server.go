@@ -15,8 +15,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
 )
 
 // Flags are the endpoints' part of the command line.
@@ -33,7 +31,7 @@ type Flags struct {
 // AddFlags registers the flags with their defaults.
 func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.MetricsAddress, "metrics-address", ":9809", "address of /metrics: HTTPS, callers authenticated and authorized by the API server (get on nonResourceURL /metrics), unless --metrics-secure=false")
-	fs.StringVar(&f.HealthAddress, "health-address", ":9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false)")
+	fs.StringVar(&f.HealthAddress, "health-address", "127.0.0.1:9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false); loopback by default: on the host network the kubelet probes there (httpGet host 127.0.0.1) and nothing off the node can")
 	fs.BoolVar(&f.Secure, "metrics-secure", true, "serve /metrics over HTTPS with authentication and authorization; false serves it over plain HTTP to anyone who can reach the port (for scraping through a mesh)")
 	fs.StringVar(&f.CertFile, "tls-cert-file", "", "serving certificate of /metrics (PEM, reloaded on change, e.g. a mounted Secret); empty: a self-signed certificate generated in memory and renewed before it expires")
 	fs.StringVar(&f.KeyFile, "tls-private-key-file", "", "private key of --tls-cert-file")
@@ -58,12 +56,16 @@ type Options struct {
 	Flags
 	// Handler serves /metrics, /healthz and /readyz; each listener passes on only its paths.
 	Handler http.Handler
-	// Client asks the API server to authenticate and authorize scrapers (Secure only).
-	Client kubernetes.Interface
+	// Client asks the API server to authenticate and authorize scrapers (Secure only);
+	// a kubernetes.Interface.
+	Client ReviewClient
+	// ReviewLimits bound the TokenReviews of unknown tokens; zero: DefaultReviewLimits.
+	ReviewLimits ReviewLimits
 	// Host names the self-signed certificate (the node's name).
 	Host string
 	Log  *slog.Logger
-	// Now is the clock of the self-signed certificate's renewal; default time.Now.
+	// Now is the clock of the self-signed certificate's renewal and of a mounted
+	// certificate's reload; default time.Now.
 	Now func() time.Time
 }
 
@@ -75,7 +77,7 @@ type Server struct {
 }
 
 // Start listens on both addresses and serves until Shutdown. Listening errors are
-// returned at once; ctx ends the certificate file watch.
+// returned at once.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -83,63 +85,60 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	metrics := http.NewServeMux()
-	metrics.Handle("/metrics", o.Handler)
-	health := http.NewServeMux()
-	health.Handle("/healthz", o.Handler)
-	health.Handle("/readyz", o.Handler)
-
-	s := &Server{}
-	if !o.Secure {
-		if o.MetricsAddress == o.HealthAddress {
-			metrics.Handle("/healthz", o.Handler)
-			metrics.Handle("/readyz", o.Handler)
-			lis, err := s.listen("--metrics-address", o.MetricsAddress)
-			if err != nil {
-				return nil, err
-			}
-			s.MetricsAddr, s.HealthAddr = lis.Addr(), lis.Addr()
-			s.serve(lis, metrics, nil, o.Log)
-			return s, nil
-		}
-		lis, err := s.listen("--metrics-address", o.MetricsAddress)
-		if err != nil {
-			return nil, err
-		}
-		s.MetricsAddr = lis.Addr()
-		s.serve(lis, metrics, nil, o.Log)
-	} else {
+	if o.ReviewLimits == (ReviewLimits{}) {
+		o.ReviewLimits = DefaultReviewLimits
+	}
+	metricsHandler := o.Handler
+	var tlsConfig *tls.Config
+	if o.Secure {
 		if o.Client == nil {
 			return nil, errors.New("metrics server: --metrics-secure needs an API client for TokenReview and SubjectAccessReview")
 		}
-		d, err := NewDelegated(o.Client)
+		getCert, err := certificate(o)
 		if err != nil {
 			return nil, err
 		}
-		getCert, err := certificate(ctx, o)
-		if err != nil {
-			return nil, err
-		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}
+		// Only /metrics is reviewed: another path or method is refused before any review.
+		metricsHandler = NewDelegated(o.Client, o.ReviewLimits).Wrap(o.Handler, o.Log)
+	}
+	metrics := http.NewServeMux()
+	metrics.Handle("GET /metrics", metricsHandler)
+	health := http.NewServeMux()
+	health.Handle("GET /healthz", o.Handler)
+	health.Handle("GET /readyz", o.Handler)
+
+	s := &Server{}
+	if !o.Secure && o.MetricsAddress == o.HealthAddress {
+		metrics.Handle("GET /healthz", o.Handler)
+		metrics.Handle("GET /readyz", o.Handler)
 		lis, err := s.listen("--metrics-address", o.MetricsAddress)
 		if err != nil {
 			return nil, err
 		}
-		s.MetricsAddr = lis.Addr()
-		s.serve(lis, d.Wrap(metrics, o.Log), &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}, o.Log)
+		s.MetricsAddr, s.HealthAddr = lis.Addr(), lis.Addr()
+		s.serve(lis, metrics, limits.MetricsInFlight, nil, o.Log)
+		return s, nil
 	}
-	lis, err := s.listen("--health-address", o.HealthAddress)
+	lis, err := s.listen("--metrics-address", o.MetricsAddress)
+	if err != nil {
+		return nil, err
+	}
+	s.MetricsAddr = lis.Addr()
+	s.serve(lis, metrics, limits.MetricsInFlight, tlsConfig, o.Log)
+	lis, err = s.listen("--health-address", o.HealthAddress)
 	if err != nil {
 		s.Shutdown(context.Background())
 		return nil, err
 	}
 	s.HealthAddr = lis.Addr()
-	s.serve(lis, health, nil, o.Log)
+	s.serve(lis, health, limits.HealthInFlight, nil, o.Log)
 	return s, nil
 }
 
-func certificate(ctx context.Context, o Options) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+func certificate(o Options) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
 	if o.CertFile != "" {
-		f, err := newFromFiles(ctx, o.CertFile, o.KeyFile)
+		f, err := newFromFiles(o.CertFile, o.KeyFile, o.Now)
 		if err != nil {
 			return nil, err
 		}
@@ -164,16 +163,43 @@ func (s *Server) listen(flagName, addr string) (net.Listener, error) {
 	return lis, nil
 }
 
-// idleTimeout closes a keep-alive connection left idle this long. Without it every
-// connection a client leaves open stays in the agent (an fd and two goroutines each):
-// make soak's scraper, which did not reuse its connections, grew the agent by one of
-// each per scrape. Prometheus scrapes at least every minute and reconnects when closed.
-var idleTimeout = 2 * time.Minute
+// serverLimits bound what a client can hold of the agent, on both listeners.
+type serverLimits struct {
+	// ReadHeaderTimeout and ReadTimeout: a client that sends its request slowly
+	// (slowloris) is cut off; the requests carry no body.
+	ReadHeaderTimeout, ReadTimeout time.Duration
+	// WriteTimeout covers the handler: a token review and an access review
+	// (reviewTimeout each, retries included) and writing the page.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection left idle this long. Without it every
+	// connection a client leaves open stays in the agent (an fd and two goroutines
+	// each): make soak's scraper, which did not reuse its connections, grew the agent
+	// by one of each per scrape. Prometheus scrapes at least every minute and
+	// reconnects when closed.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes: a ServiceAccount token is about 1 KiB, an OIDC one a few.
+	MaxHeaderBytes int
+	// MetricsInFlight and HealthInFlight: requests served at once; more are answered
+	// 429 at once. A node has a few scrapers and one kubelet.
+	MetricsInFlight, HealthInFlight int
+}
 
-func (s *Server) serve(lis net.Listener, h http.Handler, tlsConfig *tls.Config, log *slog.Logger) {
+var limits = serverLimits{
+	ReadHeaderTimeout: 5 * time.Second,
+	ReadTimeout:       10 * time.Second,
+	WriteTimeout:      2*reviewTimeout + 10*time.Second,
+	IdleTimeout:       2 * time.Minute,
+	MaxHeaderBytes:    16 << 10,
+	MetricsInFlight:   16,
+	HealthInFlight:    16,
+}
+
+func (s *Server) serve(lis net.Listener, h http.Handler, inFlight int, tlsConfig *tls.Config, log *slog.Logger) {
 	// Failed handshakes (port scanners, plain HTTP to the HTTPS port) are the caller's
 	// problem: debug level.
-	srv := &http.Server{Handler: h, TLSConfig: tlsConfig, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout,
+	srv := &http.Server{Handler: limitInFlight(h, inFlight), TLSConfig: tlsConfig,
+		ReadHeaderTimeout: limits.ReadHeaderTimeout, ReadTimeout: limits.ReadTimeout, WriteTimeout: limits.WriteTimeout,
+		IdleTimeout: limits.IdleTimeout, MaxHeaderBytes: limits.MaxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	s.servers = append(s.servers, srv)
 	go func() {
@@ -187,6 +213,22 @@ func (s *Server) serve(lis net.Listener, h http.Handler, tlsConfig *tls.Config, 
 			log.Error("HTTP server stopped", "address", lis.Addr().String(), "err", err)
 		}
 	}()
+}
+
+// limitInFlight serves at most n requests at once and answers the others 429
+// without waiting: a client that floods the port gets refusals, not a queue.
+func limitInFlight(h http.Handler, n int) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Too many requests in flight", http.StatusTooManyRequests)
+		}
+	})
 }
 
 // Shutdown stops both listeners, waiting for requests in flight until ctx ends.

@@ -114,10 +114,10 @@ func TestPlainOnOneAddressServesEverything(t *testing.T) {
 }
 
 // A client that leaves its keep-alive connection open does not keep it in the agent
-// forever: the server closes it after idleTimeout.
+// forever: the server closes it after limits.IdleTimeout.
 func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
-	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
-	idleTimeout = 300 * time.Millisecond
+	defer func(l serverLimits) { limits = l }(limits)
+	limits.IdleTimeout = 300 * time.Millisecond
 	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "127.0.0.1:0"}})
 	conn, err := net.Dial("tcp", s.MetricsAddr.String())
 	if err != nil {
@@ -143,7 +143,7 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 		t.Fatalf("idle connection: read %d bytes, err %v; want the server to close it (EOF)", n, err)
 	}
 	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("idle connection closed after %v; want about idleTimeout (300ms)", took)
+		t.Errorf("idle connection closed after %v; want about the idle timeout (300ms)", took)
 	}
 }
 
@@ -172,6 +172,8 @@ func TestMountedCertificateIsReloadedWhenTheFilesChange(t *testing.T) {
 		}
 		return certs[0]
 	}
+	defer func(d time.Duration) { certReloadInterval = d }(certReloadInterval)
+	certReloadInterval = 200 * time.Millisecond
 	first := writePair()
 	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
 		Client: fake.NewClientset()})
@@ -246,4 +248,152 @@ func servedSerial(t *testing.T, addr string) string {
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// A client that sends its request headers slowly (slowloris) is cut off after
+// ReadHeaderTimeout instead of holding a connection and a goroutine.
+func TestSlowRequestHeadersAreCutOff(t *testing.T) {
+	defer func(l serverLimits) { limits = l }(limits)
+	limits.ReadHeaderTimeout, limits.ReadTimeout = 200*time.Millisecond, 200*time.Millisecond
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0"}})
+	for _, addr := range []string{s.MetricsAddr.String(), s.HealthAddr.String()} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil { // never ends the headers
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		began := time.Now()
+		_, err = io.ReadAll(conn)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: a client stuck in its headers kept its connection for 5 s; want it closed after the 200ms ReadHeaderTimeout", addr)
+		}
+		if took := time.Since(began); took > 3*time.Second {
+			t.Errorf("%s: connection closed after %v, want about 200ms", addr, took)
+		}
+	}
+}
+
+// A response that takes longer than WriteTimeout is not delivered: the connection is
+// closed, so a stuck handler cannot keep a client (and its connection) forever.
+func TestResponseSlowerThanWriteTimeoutIsCutOff(t *testing.T) {
+	defer func(l serverLimits) { limits = l }(limits)
+	limits.WriteTimeout = 200 * time.Millisecond
+	slow := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(500 * time.Millisecond)
+		io.WriteString(w, "late")
+	})
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0"}, Handler: slow})
+	resp, err := http.Get("http://" + s.MetricsAddr.String() + "/metrics")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("a handler slower than WriteTimeout: HTTP %d %q delivered, want the connection closed", resp.StatusCode, body)
+	}
+}
+
+func TestOversizedRequestHeadersAreRefused(t *testing.T) {
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0"}})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.HealthAddr.String()+"/healthz", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("a", limits.MaxHeaderBytes+8<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("%d bytes of headers: HTTP %d, want 431", limits.MaxHeaderBytes+8<<10, resp.StatusCode)
+	}
+	if code, _ := get(t, http.DefaultClient, req.URL.String(), strings.Repeat("a", 4<<10)); code != 200 { // an OIDC token
+		t.Fatalf("a 4 KiB token: HTTP %d, want 200", code)
+	}
+}
+
+// Requests beyond the in-flight bound are refused at once with 429; once one ends,
+// the next is served.
+func TestRequestsBeyondTheInFlightBoundAreRefused(t *testing.T) {
+	defer func(l serverLimits) { limits = l }(limits)
+	limits.MetricsInFlight = 2
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	blocking := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0"}, Handler: blocking})
+	url := "http://" + s.MetricsAddr.String() + "/metrics"
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(url)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	<-entered
+	<-entered
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third request while 2 are in flight: HTTP %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, _ := get(t, http.DefaultClient, "http://"+s.HealthAddr.String()+"/healthz", ""); code != 200 {
+		t.Errorf("/healthz while /metrics is full: %d, want 200 (each listener has its own bound)", code)
+	}
+	close(release)
+	for range 2 {
+		if code := <-done; code != 200 {
+			t.Errorf("a request in flight: %d, want 200", code)
+		}
+	}
+	if code, _ := get(t, http.DefaultClient, url, ""); code != 200 {
+		t.Errorf("after the requests in flight ended: %d, want 200", code)
+	}
+}
+
+// On the HTTPS port only GET /metrics reaches the reviews: another path or method is
+// refused before any TokenReview, whatever the token.
+func TestSecureMetricsReviewsOnlyGetMetrics(t *testing.T) {
+	api := newFakeAPI()
+	api.users["good"] = "scraper"
+	api.allowed["scraper"] = true
+	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true}, Client: api.client, ReviewLimits: noLimits})
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	base := "https://" + s.MetricsAddr.String()
+	for _, path := range []string{"/metrics/x", "/", "/healthz", "/metricsx"} {
+		if code, _ := get(t, client, base+path, "random-"+path); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, code)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer random-post")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %d, want 405", resp.StatusCode)
+	}
+	if tr, sar := api.counts(); tr != 0 || sar != 0 {
+		t.Fatalf("requests to other paths and methods: %d TokenReviews, %d SubjectAccessReviews; want none", tr, sar)
+	}
+	if code, body := get(t, client, base+"/metrics", "good"); code != 200 || body != "ok /metrics" {
+		t.Fatalf("GET /metrics with a good token: %d %q", code, body)
+	}
+	if code, _ := get(t, client, base+"/metrics", ""); code != http.StatusUnauthorized {
+		t.Fatalf("GET /metrics without a token: %d, want 401", code)
+	}
 }

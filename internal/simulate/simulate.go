@@ -284,8 +284,12 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	}
 	clk := clocktesting.NewFakeClock(Epoch)
 	node := NewNode(sc, clk.Now)
+	client, err := node.Clientset()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: node.Clientset(), Pods: node, Node: node,
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: node,
 		Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

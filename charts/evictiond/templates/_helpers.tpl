@@ -133,3 +133,17 @@ pool's label added to each required node selector term (terms are ORed, expressi
 {{- toYaml $affinity -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The httpGet of a probe: the path on the health port, at health.address when it names
+one (the kubelet otherwise connects to the pod IP, the node's address).
+*/}}
+{{- define "evictiond.healthGet" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- if $root.Values.health.address -}}
+{host: {{ $root.Values.health.address | quote }}, path: {{ $path }}, port: health}
+{{- else -}}
+{path: {{ $path }}, port: health}
+{{- end -}}
+{{- end }}
