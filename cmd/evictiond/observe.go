@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/monitor"
 	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -203,7 +203,7 @@ func newAPIPodLister(kubeconfig, node string) (*apiPodLister, error) {
 		return nil, fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
 	}
 	restCfg.UserAgent = "evictiond-observe"
-	client, err := kube.NewClient(restCfg)
+	client, err := daemon.NewClient(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}

@@ -207,6 +207,10 @@ func SetClientLimits(c *rest.Config) {
 }
 
 // RestConfig is the API server's client configuration: in-cluster when
+// NewClient is the API client of the groups the agent calls (kube.Client), for
+// the subcommands that ask the API server too (observe).
+func NewClient(c *rest.Config) (*kube.Client, error) { return kube.NewClient(c) }
+
 // kubeconfig is empty.
 func RestConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
