@@ -79,8 +79,16 @@ truncate -s 1G /tmp/disk.img && losetup /dev/loop0 /tmp/disk.img && mke2fs -q /d
 	}
 	c.File("init", 0o755, fmt.Appendf(nil, initScript, mods.String(), network))
 	c.File("script.sh", 0o755, []byte(opts.Script))
-	for _, name := range sortedKeys(opts.Files) {
-		file := opts.Files[name]
+	if err := c.writeFiles(opts.Files); err != nil {
+		return err
+	}
+	return finish(c, bw, f)
+}
+
+// writeFiles writes the guest's files (sorted, for reproducible archives).
+func (c *cpioWriter) writeFiles(files map[string]File) error {
+	for _, name := range sortedKeys(files) {
+		file := files[name]
 		if !path.IsAbs(name) {
 			return fmt.Errorf("vm: guest file %q: must be an absolute path", name)
 		}
@@ -90,6 +98,7 @@ truncate -s 1G /tmp/disk.img && losetup /dev/loop0 /tmp/disk.img && mke2fs -q /d
 		}
 		data, mode := file.Data, file.Mode
 		if file.Source != "" {
+			var err error
 			if data, err = os.ReadFile(file.Source); err != nil {
 				return fmt.Errorf("vm: guest file %s: %w", name, err)
 			}
@@ -102,6 +111,11 @@ truncate -s 1G /tmp/disk.img && losetup /dev/loop0 /tmp/disk.img && mke2fs -q /d
 		}
 		c.File(name, mode, data)
 	}
+	return nil
+}
+
+// finish writes the archive's trailer and closes the file.
+func finish(c *cpioWriter, bw *bufio.Writer, f *os.File) error {
 	if err := c.Close(); err != nil {
 		return fmt.Errorf("vm: writing the initramfs: %w", err)
 	}

@@ -391,36 +391,10 @@ func buildNodeInitramfs(dst, rootTar string, files map[string]File) error {
 			return fmt.Errorf("vm: %s in %s: tar entry type %q not supported", name, rootTar, h.Typeflag)
 		}
 	}
-	for _, name := range sortedKeys(files) {
-		f := files[name]
-		if !path.IsAbs(name) {
-			return fmt.Errorf("vm: guest file %q: must be an absolute path", name)
-		}
-		if f.Link != "" {
-			c.Symlink(name, f.Link)
-			continue
-		}
-		data, mode := f.Data, f.Mode
-		if f.Source != "" {
-			if data, err = os.ReadFile(f.Source); err != nil {
-				return fmt.Errorf("vm: guest file %s: %w", name, err)
-			}
-			if mode == 0 {
-				mode = 0o755
-			}
-		}
-		if mode == 0 {
-			mode = 0o644
-		}
-		c.File(name, mode, data)
+	if err := c.writeFiles(files); err != nil {
+		return err
 	}
-	if err := c.Close(); err != nil {
-		return fmt.Errorf("vm: writing the initramfs: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("vm: writing the initramfs: %w", err)
-	}
-	return out.Close()
+	return finish(c, bw, out)
 }
 
 // hardlinkTargets lists the files of a tar that hard links point at.
