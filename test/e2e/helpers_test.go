@@ -4,8 +4,6 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/evictiond/evictiond/test/e2e/cluster"
+
+	"github.com/evictiond/evictiond/internal/testenv/podstate"
 )
 
 // createNamespace creates a namespace for one scenario, waits for its default
@@ -103,68 +103,14 @@ func waitPod(t *testing.T, c *cluster.Cluster, namespace, name string, timeout t
 	return last
 }
 
-func podReady(pod *corev1.Pod) bool {
-	if pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podFinished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
-}
-
-// describeStatus is a one-line account of a pod's status for failure messages and logs.
-func describeStatus(pod *corev1.Pod) string {
-	if pod == nil {
-		return "(never seen)"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s", pod.Status.Phase)
-	if pod.Status.Reason != "" {
-		fmt.Fprintf(&b, " reason=%s message=%q", pod.Status.Reason, pod.Status.Message)
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		fmt.Fprintf(&b, " [%s restarts=%d", cs.Name, cs.RestartCount)
-		switch {
-		case cs.State.Running != nil:
-			fmt.Fprintf(&b, " running since %s", cs.State.Running.StartedAt.Format(time.RFC3339))
-		case cs.State.Terminated != nil:
-			fmt.Fprintf(&b, " terminated reason=%s exit=%d", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
-		case cs.State.Waiting != nil:
-			fmt.Fprintf(&b, " waiting reason=%s %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		}
-		b.WriteString("]")
-	}
-	return b.String()
-}
-
-// terminatedState returns the terminated state of the pod's named container, or nil.
-func terminatedState(pod *corev1.Pod, container string) *corev1.ContainerStateTerminated {
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == container {
-			return cs.State.Terminated
-		}
-	}
-	return nil
-}
-
-// describeEvents is a short account of events for failure messages: source, object, message.
-func describeEvents(events []corev1.Event) string {
-	var parts []string
-	for _, e := range events {
-		parts = append(parts, fmt.Sprintf("[%s %s %s/%s: %s]", e.Source.Component, e.Reason, e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message))
-	}
-	if len(parts) == 0 {
-		return "(none)"
-	}
-	return strings.Join(parts, " ")
-}
+// The pod state helpers are internal/testenv/podstate's, shared with the other tiers.
+var (
+	podReady        = podstate.Ready
+	podFinished     = podstate.Finished
+	describeStatus  = podstate.Describe
+	terminatedState = podstate.Terminated
+	describeEvents  = podstate.DescribeEvents
+)
 
 // waitPodsMemoryCalm waits until kubepods has at least free bytes available, so an episode
 // starts from the same place whatever the previous one left (dying pods, page cache).

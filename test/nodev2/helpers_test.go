@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/evictiond/evictiond/internal/testenv/podstate"
 )
 
 // evictiondNamespace is where the chart is installed.
@@ -208,63 +210,11 @@ func (n *node) oomKills(t *testing.T) int64 {
 	return v
 }
 
-func podReady(pod *corev1.Pod) bool {
-	if pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podFinished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
-}
-
-// describeStatus is a one-line account of a pod's status for failure messages.
-func describeStatus(pod *corev1.Pod) string {
-	if pod == nil {
-		return "(never seen)"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "phase=%s", pod.Status.Phase)
-	if pod.Status.Reason != "" {
-		fmt.Fprintf(&b, " reason=%s message=%q", pod.Status.Reason, pod.Status.Message)
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		fmt.Fprintf(&b, " [%s restarts=%d", cs.Name, cs.RestartCount)
-		switch {
-		case cs.State.Running != nil:
-			b.WriteString(" running")
-		case cs.State.Terminated != nil:
-			fmt.Fprintf(&b, " terminated reason=%s exit=%d", cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
-		case cs.State.Waiting != nil:
-			fmt.Fprintf(&b, " waiting reason=%s %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		}
-		b.WriteString("]")
-	}
-	return b.String()
-}
-
-func describeEvents(events []corev1.Event) string {
-	var parts []string
-	for _, e := range events {
-		parts = append(parts, fmt.Sprintf("[%s %s/%s: %s]", e.Source.Component, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message))
-	}
-	return strings.Join(parts, " ")
-}
-
-func terminatedState(pod *corev1.Pod, container string) *corev1.ContainerStateTerminated {
-	if pod == nil {
-		return nil
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == container {
-			return cs.State.Terminated
-		}
-	}
-	return nil
-}
+// The pod state helpers are internal/testenv/podstate's, shared with the other tiers.
+var (
+	podReady        = podstate.Ready
+	podFinished     = podstate.Finished
+	describeStatus  = podstate.Describe
+	terminatedState = podstate.Terminated
+	describeEvents  = podstate.DescribeEvents
+)
