@@ -130,16 +130,15 @@ func Start(t testing.TB, opts Options) *Containerd {
 		t.Fatalf("creating containerd test directory: %v", err)
 	}
 	c := &Containerd{
-		Dir:        dir,
-		Root:       filepath.Join(dir, "root"),
-		State:      filepath.Join(dir, "state"),
-		Socket:     filepath.Join(dir, "containerd.sock"),
-		LogPath:    filepath.Join(dir, "containerd.log"),
-		CNIConfDir: filepath.Join(dir, "cni-conf"),
-		cfgPath:    filepath.Join(dir, "config.toml"),
-		BinDir:     binDir,
-		Version:    version,
-		// Start checked the major version; the shim is the one built beside containerd.
+		Dir:          dir,
+		Root:         filepath.Join(dir, "root"),
+		State:        filepath.Join(dir, "state"),
+		Socket:       filepath.Join(dir, "containerd.sock"),
+		LogPath:      filepath.Join(dir, "containerd.log"),
+		CNIConfDir:   filepath.Join(dir, "cni-conf"),
+		cfgPath:      filepath.Join(dir, "config.toml"),
+		BinDir:       binDir,
+		Version:      version,
 		SandboxImage: opts.SandboxImage,
 		runc:         runc,
 		opts:         opts,
@@ -168,7 +167,8 @@ func Start(t testing.TB, opts Options) *Containerd {
 }
 
 // versionPattern finds the release in `containerd --version`: "containerd
-// github.com/containerd/containerd/v2 2.2.9 <revision>" (1.x prints "v1.6.20~ds1" or "1.7.27").
+// github.com/containerd/containerd/v2 2.2.9 <revision>" (Debian's 1.6: "containerd
+// github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3").
 var versionPattern = regexp.MustCompile(`\sv?(\d+)\.(\d+)\.(\d+)\S*`)
 
 // binaryVersion runs `containerd --version` and returns its release, refusing any but
@@ -178,13 +178,23 @@ func binaryVersion(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %w: %s", path, err, bytes.TrimSpace(out))
 	}
-	m := versionPattern.FindStringSubmatch(string(out))
+	v, err := parseVersion(string(out))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: point %s at the output of hack/containerd.sh", path, err, ctrdbin.EnvVar)
+	}
+	return v, nil
+}
+
+// parseVersion returns the release in the output of `containerd --version` if its major
+// version is MajorVersion.
+func parseVersion(out string) (string, error) {
+	m := versionPattern.FindStringSubmatch(out)
 	if m == nil {
-		return "", fmt.Errorf("%s --version: no version in %q", path, bytes.TrimSpace(out))
+		return "", fmt.Errorf("no version in %q", strings.TrimSpace(out))
 	}
 	if major, _ := strconv.Atoi(m[1]); major != MajorVersion {
-		return "", fmt.Errorf("%s is containerd %s.%s.%s; the test environment configures containerd %d.x only (config version 3): "+
-			"point %s at the output of hack/containerd.sh", path, m[1], m[2], m[3], MajorVersion, ctrdbin.EnvVar)
+		return "", fmt.Errorf("containerd %s.%s.%s: the test environment configures containerd %d.x only (config version 3)",
+			m[1], m[2], m[3], MajorVersion)
 	}
 	return strings.TrimPrefix(strings.TrimSpace(m[0]), "v"), nil
 }
