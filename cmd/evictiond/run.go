@@ -173,6 +173,8 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// In the background: a runtime that is down or slow must not hold the start.
+	go checkRuntimeCgroupDriver(ctx, rc, f.cgroupDriver, log)
 	trackerCtx, stopTracker := context.WithCancel(ctx)
 	trackerDone := make(chan struct{})
 	go func() { rc.RunImageTracker(trackerCtx, 0); close(trackerDone) }()
@@ -324,6 +326,28 @@ func reclaimOptions(c *policy.Config, f *runFlags, log *slog.Logger) reclaim.Opt
 	return reclaim.Options{RuntimeEndpoint: c.Reclaim.CRIEndpoint, ImageMinimumAge: c.Reclaim.ImageMinAge, StateFile: c.Reclaim.ImageStateFile,
 		PinnedImages: c.Reclaim.PinnedImages, HostRoot: f.hostRoot, NodeFsPath: f.kubeletRoot, PodLogsDir: f.podLogs,
 		DryRun: c.DryRun, Logger: log} // reclaim adds its component
+}
+
+// checkRuntimeCgroupDriver warns when the runtime's cgroup driver is not --cgroup-driver. With
+// containerd 2 the kubelet takes its driver from the runtime (CRI RuntimeConfig), not from its
+// own configuration, so a flag set to match the kubelet's configuration can still name the wrong
+// layout: the monitor would then find no pod cgroups. containerd 1.x does not answer: nothing is
+// checked.
+func checkRuntimeCgroupDriver(ctx context.Context, rc *reclaim.Reclaimer, flagDriver string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	driver, err := rc.RuntimeCgroupDriver(ctx)
+	switch {
+	case err != nil:
+		log.Debug("runtime cgroup driver unknown", "err", err)
+	case driver == "":
+		log.Debug("runtime does not report its cgroup driver (CRI RuntimeConfig)", "cgroupDriver", flagDriver)
+	case driver != flagDriver:
+		log.Warn("the runtime reports another cgroup driver than --cgroup-driver; the kubelet uses the runtime's: set --cgroup-driver to it",
+			"runtimeCgroupDriver", driver, "cgroupDriver", flagDriver)
+	default:
+		log.Info("runtime cgroup driver matches --cgroup-driver", "cgroupDriver", driver)
+	}
 }
 
 // notifyOptions arms the fast path on kubepods, the cgroup the monitor

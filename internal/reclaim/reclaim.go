@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -365,6 +367,35 @@ func (r *Reclaimer) Run(ctx context.Context, req Request) (res Result, err error
 		return res, fmt.Errorf("reclaim %s: %w", req.Step, stepErr)
 	}
 	return res, nil
+}
+
+// RuntimeCgroupDriver asks the runtime for its cgroup driver (CRI RuntimeConfig): "cgroupfs" or
+// "systemd". containerd 2 answers with its default runc runtime's SystemdCgroup, and the kubelet
+// (1.35 does) then uses that driver whatever its own cgroupDriver says; containerd 1.x does
+// not implement the call, which gives "" and no error (the kubelet's configuration decides).
+func (r *Reclaimer) RuntimeCgroupDriver(ctx context.Context) (string, error) {
+	rt, _, err := r.connect()
+	if err != nil {
+		return "", err
+	}
+	resp, err := rt.RuntimeConfig(ctx)
+	if status.Code(err) == codes.Unimplemented {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("CRI RuntimeConfig: %w", err)
+	}
+	if resp.GetLinux() == nil {
+		return "", nil
+	}
+	switch d := resp.GetLinux().GetCgroupDriver(); d {
+	case runtimeapi.CgroupDriver_SYSTEMD:
+		return "systemd", nil
+	case runtimeapi.CgroupDriver_CGROUPFS:
+		return "cgroupfs", nil
+	default:
+		return "", fmt.Errorf("CRI RuntimeConfig: unknown cgroup driver %v", d)
+	}
 }
 
 // Ready reports whether the runtime answers and says it is ready to run containers: for the

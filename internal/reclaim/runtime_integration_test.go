@@ -207,3 +207,21 @@ func TestStopPodStopsItsContainersAndSandboxOnly(t *testing.T) {
 		t.Error("StopPod of a pod the runtime does not know: no error")
 	}
 }
+
+// containerd 2 answers CRI RuntimeConfig with its default runc runtime's cgroup driver (the
+// testenv's SystemdCgroup = false), which the kubelet then uses instead of its own setting.
+func TestRuntimeCgroupDriverFromContainerd2(t *testing.T) {
+	e := newCRIEnv(t, 64<<20)
+	r := e.newReclaimer(nil)
+	driver, err := r.RuntimeCgroupDriver(e.ctx)
+	if err != nil {
+		t.Fatalf("RuntimeCgroupDriver: %v", err)
+	}
+	if driver != "cgroupfs" {
+		t.Errorf("runtime cgroup driver = %q, want cgroupfs", driver)
+	}
+	e.ctrd.Kill()
+	if _, err := r.RuntimeCgroupDriver(e.ctx); err == nil {
+		t.Error("RuntimeCgroupDriver with containerd gone: no error")
+	}
+}
