@@ -18,14 +18,14 @@ etcd-package:
 	./hack/install-deps.sh etcd-server
 
 # One test of this tier (local stop through the CRI while the API server is down) runs a
-# real pod sandbox in a private containerd: cri-packages comes from mk/cri.mk.
-test-apiserver: k8s-binaries etcd-package cri-packages
-	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 20m $(APISERVER_PKGS)
+# real pod sandbox in a private containerd: cri-packages and containerd-binaries come from mk/cri.mk.
+test-apiserver: k8s-binaries etcd-package cri-packages containerd-binaries
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) $(GO) test -tags integration -count=1 -timeout 20m $(APISERVER_PKGS)
 
 # Benchmarks against the real API server (eviction call, condition re-assert round trip,
 # node-scoped informer sync with and without pods elsewhere) and the pure node status path.
-bench-apiserver: k8s-binaries etcd-package cri-packages
-	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -run='^$$' -bench=. -benchmem -benchtime=100x ./internal/kube/...
+bench-apiserver: k8s-binaries etcd-package cri-packages containerd-binaries
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) $(GO) test -tags integration -run='^$$' -bench=. -benchmem -benchtime=100x ./internal/kube/...
 
 # make bench-apf: the latency of the agent's evictions while a workload's request loops
 # saturate the API server's workload-low priority level, without and with

@@ -10,7 +10,7 @@ FLEET_STORM ?= 20s
 FLEET_FLAP  ?= 30s
 
 .PHONY: bench-fleet
-bench-fleet: k8s-binaries etcd-package cri-packages
-	FLEET_NODES=$(FLEET_NODES) FLEET_PODS=$(FLEET_PODS) FLEET_QUIET=$(FLEET_QUIET) FLEET_STORM=$(FLEET_STORM) FLEET_FLAP=$(FLEET_FLAP) \
+bench-fleet: k8s-binaries etcd-package cri-packages containerd-binaries
+	$(CONTAINERD_ENV) FLEET_NODES=$(FLEET_NODES) FLEET_PODS=$(FLEET_PODS) FLEET_QUIET=$(FLEET_QUIET) FLEET_STORM=$(FLEET_STORM) FLEET_FLAP=$(FLEET_FLAP) \
 	EVICTIOND_K8S_BIN=$(K8S_BIN) $(GO) test -tags integration -count=1 -timeout 30m \
 		-run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x ./cmd/evictiond

@@ -16,15 +16,14 @@ TIERS += test-node-v2
 
 .PHONY: nodev2-deps test-node-v2
 
-nodev2-deps:
+nodev2-deps: containerd-binaries
 	./hack/install-deps.sh $(NODEV2_PACKAGES)
-	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/containerd.sh >/dev/null
 	@EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/node-v2-rootfs.sh >/dev/null
 
 test-node-v2: nodev2-deps k8s-binaries etcd-package helm
 	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
 	EVICTIOND_NODE_ROOTFS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/node-v2-rootfs.sh) \
-	EVICTIOND_CONTAINERD_BIN=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/containerd.sh) \
+	$(CONTAINERD_ENV) \
 	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_HELM=$(HELM) \
 		$(GO) test -tags nodev2 -count=1 -timeout $(NODEV2_TIMEOUT) -run '^TestNodeV2$$/$(NODEV2_RUN)' -v ./test/nodev2/
 
@@ -36,6 +35,6 @@ BENCH_NODE_RUNS ?= 2
 bench-node-v2: nodev2-deps k8s-binaries etcd-package helm
 	EVICTIOND_VM_KERNEL=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/vm-kernel.sh) \
 	EVICTIOND_NODE_ROOTFS=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/node-v2-rootfs.sh) \
-	EVICTIOND_CONTAINERD_BIN=$$(EVICTIOND_CACHE=$(EVICTIOND_CACHE) ./hack/containerd.sh) \
+	$(CONTAINERD_ENV) \
 	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_HELM=$(HELM) BENCH_NODE_RUNS=$(BENCH_NODE_RUNS) \
 		$(GO) test -tags 'nodev2 bench_node' -count=1 -timeout 90m -run '^TestBenchNodeV2$$' -v ./test/nodev2/

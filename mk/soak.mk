@@ -8,6 +8,6 @@ SOAK_DURATION ?= 60m
 SOAK_TIMEOUT  ?= 100m
 
 .PHONY: soak
-soak: k8s-binaries e2e-deps
-	EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_SOAK_DURATION=$(SOAK_DURATION) \
+soak: k8s-binaries containerd-binaries e2e-deps
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) EVICTIOND_SOAK_DURATION=$(SOAK_DURATION) \
 		$(GO) test -tags e2e -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/e2e/

@@ -365,11 +365,7 @@ func TestRunCrashDuringLocalStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ctrd := containerd.Start(t, containerd.Options{RootTmpfsBytes: 256 << 20})
-	pause, err := images.Pause()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, pause); err != nil {
+	if _, err := ctrd.ImportSandboxImage(ctx); err != nil {
 		t.Fatal(err)
 	}
 	logger := klog.Background()
@@ -482,11 +478,7 @@ func TestRunCrashDuringImageGC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ctrd := containerd.Start(t, containerd.Options{RootTmpfsBytes: 512 << 20})
-	pause, err := images.Pause()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, pause); err != nil {
+	if _, err := ctrd.ImportSandboxImage(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 6 {

@@ -38,7 +38,6 @@ import (
 	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
-	"github.com/evictiond/evictiond/internal/testenv/images"
 )
 
 // env is the real control plane every daemon test talks to; started by
@@ -968,11 +967,7 @@ func TestRunStopsPodThroughCRIWhileAPIServerDownAndReportsItWhenBack(t *testing.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ctrd := containerd.Start(t, containerd.Options{RootTmpfsBytes: 256 << 20})
-	pause, err := images.Pause()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, pause); err != nil {
+	if _, err := ctrd.ImportSandboxImage(ctx); err != nil {
 		t.Fatal(err)
 	}
 	logger := klog.Background()

@@ -16,7 +16,6 @@ import (
 	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/reclaim"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
-	"github.com/evictiond/evictiond/internal/testenv/images"
 )
 
 // TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI kills the real API server
@@ -27,11 +26,7 @@ func TestAPIServerKilledUnderHardPressureStopsPodThroughRealCRI(t *testing.T) {
 	ctrd := containerd.Start(t, containerd.Options{RootTmpfsBytes: 256 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pause, err := images.Pause()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, pause); err != nil {
+	if _, err := ctrd.ImportSandboxImage(ctx); err != nil {
 		t.Fatal(err)
 	}
 	logger := klog.Background()

@@ -35,18 +35,15 @@ func TestRealContainerdPodUsage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	pause, err := images.Pause()
-	if err != nil {
+	if _, err := ctrd.ImportSandboxImage(ctx); err != nil {
 		t.Fatal(err)
 	}
 	busybox, err := images.Busybox("evictiond.test/busybox:1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, spec := range []images.Spec{pause, busybox} {
-		if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, spec); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := images.Import(ctx, ctrd.Socket, containerd.CRINamespace, busybox); err != nil {
+		t.Fatal(err)
 	}
 	conn, err := grpc.NewClient(ctrd.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -63,7 +63,7 @@ type RuntimeFilesystems struct {
 	ImageMountpoint string
 	ImageUsed       *int64
 	// ContainerMountpoint is ImageMountpoint when the runtime reports no
-	// container filesystem (containerd 1.6): the kubelet then takes writable
+	// container filesystem (containerd 1.6 and 2.2): the kubelet then takes writable
 	// layers to live with the images.
 	ContainerMountpoint string
 	ContainerUsed       *int64

@@ -69,11 +69,11 @@ func newCRIEnv(t testing.TB, rootBytes int64) *criEnv {
 			t.Fatal(err)
 		}
 	}
-	pause, err := images.Pause()
+	pause, err := ctrd.ImportSandboxImage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.pause = e.importSpec(pause)
+	e.pause = pause
 	bb, err := images.Busybox("example.test/busybox:v1", "/bin/sh", "-c", "exit 0")
 	if err != nil {
 		t.Fatal(err)

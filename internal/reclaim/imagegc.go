@@ -104,8 +104,11 @@ func (m pinnedMatcher) pins(img *runtimeapi.Image) bool {
 
 // sandboxImage asks the runtime for its sandbox (pause) image, which it pulls on demand for
 // every new pod: removing it would only cost a pull on the next pod start, or fail it on a node
-// without registry access. containerd reports it in the verbose status' "config" JSON; a
-// runtime that does not is covered by Options.PinnedImages.
+// without registry access. containerd 1.x reports it in the verbose status' "config" JSON
+// (sandboxImage). containerd 2 does not (that JSON is its runtime plugin's configuration only):
+// it reports the image of pinned_images.sandbox pinned instead (Image.pinned, which
+// pinnedMatcher honours), as 1.7 does. A runtime that does neither is covered by
+// Options.PinnedImages.
 func sandboxImage(ctx context.Context, rt internalapi.RuntimeService) string {
 	st, err := rt.Status(ctx, true)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/testenv/images"
@@ -375,5 +376,46 @@ func TestRunImageTrackerRecordsUseWhileRunning(t *testing.T) {
 			t.Fatalf("state file has no last-used time for %s 10s after a container started using it", img.ID)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSandboxImageKeptOnTheRuntimesPinnedFlag proves how the sandbox image survives image GC on
+// containerd 2: its verbose CRI status no longer names the sandbox image (1.x's sandboxImage),
+// so nothing but the runtime's own pinned flag on the image (pinned_images.sandbox) keeps it,
+// with no reclaim.imageGC.pinnedImages configured.
+func TestSandboxImageKeptOnTheRuntimesPinnedFlag(t *testing.T) {
+	e := newCRIEnv(t, 256<<20)
+	if got := sandboxImage(e.ctx, e.rt); got != "" {
+		t.Errorf("sandbox image from the verbose CRI status = %q, want none on containerd 2 (only 1.x reports it there)", got)
+	}
+	st, err := e.is.ImageStatus(e.ctx, &runtimeapi.ImageSpec{Image: e.pause.ID}, false)
+	if err != nil {
+		t.Fatalf("ImageStatus %s: %v", e.pause.ID, err)
+	}
+	if !st.GetImage().GetPinned() {
+		t.Fatalf("sandbox image %s (%s) not reported pinned by containerd: %v", e.pause.ID, e.ctrd.SandboxImage, st.GetImage())
+	}
+
+	r := e.newReclaimer(nil) // no PinnedImages
+	if err := r.TrackImages(e.ctx); err != nil {
+		t.Fatalf("TrackImages: %v", err)
+	}
+	e.clock.Step(2 * time.Hour)
+	infos, err := r.Images(e.ctx)
+	if err != nil {
+		t.Fatalf("Images: %v", err)
+	}
+	for _, info := range infos {
+		if info.ID == e.pause.ID && info.KeptBecause != KeptPinned {
+			t.Errorf("sandbox image kept because %q, want %q", info.KeptBecause, KeptPinned)
+		}
+	}
+	e.runImageGC(r, 1<<40) // more than there is: GC takes every eligible image
+	present := e.imageIDs()
+	if !present[e.pause.ID] {
+		t.Errorf("sandbox image %s removed by image GC", e.pause.ID)
+	}
+	if present[e.busybox.ID] {
+		t.Errorf("unused busybox image %s kept: GC removed nothing?", e.busybox.ID)
 	}
 }

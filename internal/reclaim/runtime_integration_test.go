@@ -27,7 +27,7 @@ func TestReadyFollowsTheRuntime(t *testing.T) {
 }
 
 // The test containerd keeps its root on a tmpfs while "nodefs" is a directory on the machine's
-// disk: a dedicated imagefs, with writable layers on it too (containerd 1.6 reports no
+// disk: a dedicated imagefs, with writable layers on it too (containerd 2.2, like 1.6, reports no
 // separate container filesystem). The layout is read as the monitor reads it (nodefs).
 func TestRuntimeFilesystemsShowADedicatedImagefs(t *testing.T) {
 	e := newCRIEnv(t, 64<<20)

@@ -1,18 +1,22 @@
-// Package containerd starts a private, real containerd for integration tests: its own config,
-// root and state directories and socket under a temporary directory, the CRI plugin configured
-// for this kind of machine, and a clean stop that leaves no mounts, shims or files behind.
+// Package containerd starts a private, real containerd 2.x for integration tests: its own config
+// (version 3), root, state and temp directories and socket under a temporary directory, the CRI
+// plugins configured for this kind of machine, and a clean stop that leaves no mounts, shims or
+// files behind.
 //
-// It needs the Debian packages containerd and runc (`make cri-packages`, or
-// `hack/install-deps.sh containerd runc`). Tests that use it are integration tests and run as root.
+// containerd, containerd-shim-runc-v2 and ctr come from EVICTIOND_CONTAINERD_BIN (hack/containerd.sh
+// builds them from the Go module proxy; `make containerd-binaries`), never from PATH; runc is
+// Debian's (`make cri-packages`). Tests that use it are integration tests and run as root.
 package containerd
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,15 +28,22 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/evictiond/evictiond/internal/testenv/ctrdbin"
+	"github.com/evictiond/evictiond/internal/testenv/images"
 	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
-// DefaultSandboxImage is the pause image containerd 1.6 asks for; tests import an image under
-// this tag (see the images package) before running pod sandboxes.
-const DefaultSandboxImage = "registry.k8s.io/pause:3.6"
+// DefaultSandboxImage is the pause image containerd 2.2 asks for (its default
+// pinned_images.sandbox, set explicitly in the generated config); ImportSandboxImage imports a
+// locally built image under this tag, so no pod start pulls from a registry.
+const DefaultSandboxImage = images.PauseRef
 
 // CRINamespace is the containerd namespace the CRI plugin keeps its images and containers in.
 const CRINamespace = "k8s.io"
+
+// MajorVersion is the containerd major version this package configures (config version 3);
+// Start refuses any other.
+const MajorVersion = 2
 
 // Options shape the private containerd.
 type Options struct {
@@ -40,7 +51,7 @@ type Options struct {
 	// statfs on Root sees this containerd's images and containers and nothing else (byte
 	// counts in GC tests are then exact, whatever else the machine writes).
 	RootTmpfsBytes int64
-	// SandboxImage is the CRI plugin's sandbox_image. Default DefaultSandboxImage.
+	// SandboxImage is the CRI images plugin's pinned_images.sandbox. Default DefaultSandboxImage.
 	SandboxImage string
 	// StartTimeout bounds the wait for the CRI to answer. Default 30s.
 	StartTimeout time.Duration
@@ -67,24 +78,23 @@ type Containerd struct {
 	// /usr/lib/cni, Debian's containernetworking-plugins). It starts empty; the CRI picks up
 	// a conflist written here later without a restart.
 	CNIConfDir string
+	// BinDir holds the containerd, shim and ctr binaries this instance runs (ctrdbin).
+	BinDir string
+	// Version is what `containerd --version` reports, e.g. "2.2.9".
+	Version string
+	// SandboxImage is the CRI's sandbox (pause) image reference.
+	SandboxImage string
 	// CgroupParent is a cgroup path private to this instance; tests put their pod sandboxes
 	// under it (PodSandboxConfig.Linux.CgroupParent), and the cleanup removes it from every
 	// cgroup hierarchy.
 	CgroupParent string
 
 	opts    Options
+	runc    string
 	cfgPath string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	t       testing.TB
-}
-
-// requiredBinaries are looked up before anything starts, so a missing package is named plainly.
-var requiredBinaries = map[string]string{
-	"containerd":              "containerd",
-	"containerd-shim-runc-v2": "containerd",
-	"ctr":                     "containerd",
-	"runc":                    "runc",
 }
 
 // Start starts a private containerd and waits until its CRI answers. It fails the test (with
@@ -95,10 +105,17 @@ func Start(t testing.TB, opts Options) *Containerd {
 	if os.Geteuid() != 0 {
 		t.Fatal("containerd test environment needs root (mounts, runc): run the integration tier as root (make test-cri)")
 	}
-	for bin, pkg := range requiredBinaries {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s not found in PATH: install Debian package %q (make cri-packages, or hack/install-deps.sh %s)", bin, pkg, pkg)
-		}
+	binDir, err := ctrdbin.Dir()
+	if err != nil {
+		t.Fatalf("containerd test environment: %v", err)
+	}
+	version, err := binaryVersion(filepath.Join(binDir, "containerd"))
+	if err != nil {
+		t.Fatalf("containerd test environment: %v", err)
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatalf("runc not found in PATH: install Debian package \"runc\" (make cri-packages, or hack/install-deps.sh runc)")
 	}
 	if opts.SandboxImage == "" {
 		opts.SandboxImage = DefaultSandboxImage
@@ -113,22 +130,26 @@ func Start(t testing.TB, opts Options) *Containerd {
 		t.Fatalf("creating containerd test directory: %v", err)
 	}
 	c := &Containerd{
-		Dir:        dir,
-		Root:       filepath.Join(dir, "root"),
-		State:      filepath.Join(dir, "state"),
-		Socket:     filepath.Join(dir, "containerd.sock"),
-		LogPath:    filepath.Join(dir, "containerd.log"),
-		CNIConfDir: filepath.Join(dir, "cni-conf"),
-		cfgPath:    filepath.Join(dir, "config.toml"),
-		opts:       opts,
-		t:          t,
+		Dir:          dir,
+		Root:         filepath.Join(dir, "root"),
+		State:        filepath.Join(dir, "state"),
+		Socket:       filepath.Join(dir, "containerd.sock"),
+		LogPath:      filepath.Join(dir, "containerd.log"),
+		CNIConfDir:   filepath.Join(dir, "cni-conf"),
+		cfgPath:      filepath.Join(dir, "config.toml"),
+		BinDir:       binDir,
+		Version:      version,
+		SandboxImage: opts.SandboxImage,
+		runc:         runc,
+		opts:         opts,
+		t:            t,
 		// The directory's random suffix keeps tests that run at the same time apart.
 		CgroupParent: "/evictiond-" + filepath.Base(dir),
 	}
 	c.Endpoint = "unix://" + c.Socket
 	t.Cleanup(c.cleanup)
 
-	for _, d := range []string{c.Root, c.State, filepath.Join(dir, "opt"), filepath.Join(dir, "runc"), c.CNIConfDir} {
+	for _, d := range []string{c.Root, c.State, filepath.Join(dir, "opt"), filepath.Join(dir, "runc"), filepath.Join(dir, "tmp"), c.CNIConfDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			t.Fatalf("creating %s: %v", d, err)
 		}
@@ -145,50 +166,129 @@ func Start(t testing.TB, opts Options) *Containerd {
 	return c
 }
 
-// config renders containerd 1.6's version 2 config. Every path points into Dir so this
-// instance shares nothing with a system containerd or another test's.
+// versionPattern finds the release in `containerd --version`: "containerd
+// github.com/containerd/containerd/v2 2.2.9 <revision>" (Debian's 1.6: "containerd
+// github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3").
+var versionPattern = regexp.MustCompile(`\sv?(\d+)\.(\d+)\.(\d+)\S*`)
+
+// binaryVersion runs `containerd --version` and returns its release, refusing any but
+// MajorVersion: the config below is containerd 2's (version 3).
+func binaryVersion(path string) (string, error) {
+	out, err := exec.Command(path, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w: %s", path, err, bytes.TrimSpace(out))
+	}
+	v, err := parseVersion(string(out))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: point %s at the output of hack/containerd.sh", path, err, ctrdbin.EnvVar)
+	}
+	return v, nil
+}
+
+// parseVersion returns the release in the output of `containerd --version` if its major
+// version is MajorVersion.
+func parseVersion(out string) (string, error) {
+	m := versionPattern.FindStringSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("no version in %q", strings.TrimSpace(out))
+	}
+	if major, _ := strconv.Atoi(m[1]); major != MajorVersion {
+		return "", fmt.Errorf("containerd %s.%s.%s: the test environment configures containerd %d.x only (config version 3)",
+			m[1], m[2], m[3], MajorVersion)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(m[0]), "v"), nil
+}
+
+// config renders containerd 2's version 3 config (docs/cri/config.md and docs/PLUGINS.md of
+// containerd 2.2). Every path points into Dir so this instance shares nothing with a system
+// containerd or another test's; plugins that would listen or write elsewhere are disabled.
+//
+// What moved from 1.6's version 2 config: the CRI plugin io.containerd.grpc.v1.cri is split
+// into io.containerd.cri.v1.images (snapshotter, pinned_images.sandbox, which replaces
+// sandbox_image), io.containerd.cri.v1.runtime (runtimes, cni, restrict_oom_score_adj) and
+// io.containerd.grpc.v1.cri (the streaming server only); cni.bin_dir became bin_dirs.
 func (c *Containerd) config() string {
-	return fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+# containerd 2 mounts image layers under a temp directory while unpacking; keep it private.
+temp = %[3]q
+# No conf.d drop-ins of the machine's (containerd config default imports /etc/containerd/conf.d).
+imports = []
+# btrfs and zfs are not built (CGO_ENABLED=0) or unused; the blockfile, devmapper and erofs
+# snapshotters are unused; NRI would listen on /var/run/nri/nri.sock, shared with the machine;
+# tracing is not wanted. (The image verifier cannot be disabled: the transfer service and the
+# CRI depend on it; its directory is private below.)
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.mount-handler.v1.erofs",
+  "io.containerd.nri.v1.nri",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
 
 [grpc]
-  address = %q
+  address = %[4]q
 
 [ttrpc]
-  address = %q
+  address = %[5]q
 
 [debug]
   level = "info"
 
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = %[6]q
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  # runc cannot set oom_score_adj -998 without CAP_SYS_RESOURCE, which this machine lacks.
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
+  [plugins.'io.containerd.image-verifier.v1.bindir']
+    # Missing: no verifier (the default is /opt/containerd/image-verifier/bin).
+    bin_dir = %[12]q
 
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = %q
-
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+  [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
-    default_runtime_name = "runc"
 
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      # The sandbox image is reported pinned (CRI Image.pinned) once imported under this tag.
+      sandbox = %[7]q
 
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        # runc's own state directory, private too (its default is shared under /run).
-        Root = %q
-        SystemdCgroup = false
-`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
-		c.opts.SandboxImage, c.CNIConfDir, filepath.Join(c.Dir, "runc"))
+  [plugins.'io.containerd.cri.v1.runtime']
+    # runc cannot set oom_score_adj -998 without CAP_SYS_RESOURCE, which this machine lacks.
+    restrict_oom_score_adj = true
+    # Network namespaces of pod sandboxes under state, not /var/run/netns.
+    netns_mounts_under_state_dir = true
+    # No CDI specs of the machine's (/etc/cdi, /var/run/cdi).
+    enable_cdi = false
+
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        # The shim built with this containerd, whatever else PATH holds (Debian's 1.6 shim).
+        runtime_path = %[8]q
+
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = %[9]q
+          # runc's own state directory, private too (its default is shared under /run).
+          Root = %[11]q
+          # The cgroupfs driver, which the CRI RuntimeConfig call reports to the kubelet.
+          SystemdCgroup = false
+
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = %[10]q
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+`, c.Root, c.State, filepath.Join(c.Dir, "tmp"), c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
+		c.SandboxImage, filepath.Join(c.BinDir, "containerd-shim-runc-v2"), c.runc, c.CNIConfDir, filepath.Join(c.Dir, "runc"),
+		filepath.Join(c.Dir, "image-verifier"))
 }
 
 func (c *Containerd) start(t testing.TB) {
@@ -197,8 +297,11 @@ func (c *Containerd) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("opening containerd log: %v", err)
 	}
-	cmd := exec.Command("containerd", "--config", c.cfgPath)
+	cmd := exec.Command(filepath.Join(c.BinDir, "containerd"), "--config", c.cfgPath)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The shim resolves runc and other helpers through PATH; this containerd's directory
+	// comes first so nothing of another containerd installation is picked up.
+	cmd.Env = append(os.Environ(), "PATH="+c.BinDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	// Own process group: a Ctrl-C on the test does not hit containerd before the cleanup runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -270,11 +373,51 @@ func (c *Containerd) probeCRI(ctx context.Context) error {
 // Ctr runs `ctr` against this containerd in the CRI namespace and returns its combined output.
 func (c *Containerd) Ctr(ctx context.Context, args ...string) ([]byte, error) {
 	full := append([]string{"--address", c.Socket, "--namespace", CRINamespace}, args...)
-	out, err := exec.CommandContext(ctx, "ctr", full...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(c.BinDir, "ctr"), full...).CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return out, nil
+}
+
+// ImportSandboxImage imports a locally built pause image (images.Pause, busybox sleeping)
+// under SandboxImage, so pod sandboxes start without a registry, and waits until the CRI
+// reports it pinned: containerd 2 labels an image pinned when its reference is one of
+// pinned_images, which it does from the image event of the import, asynchronously (1.6 reported
+// no image pinned). The kubelet's and evictiond's image GC then keep it.
+func (c *Containerd) ImportSandboxImage(ctx context.Context) (images.Built, error) {
+	spec, err := images.Pause()
+	if err != nil {
+		return images.Built{}, err
+	}
+	spec.Ref = c.SandboxImage
+	built, err := images.Import(ctx, c.Socket, CRINamespace, spec)
+	if err != nil {
+		return images.Built{}, err
+	}
+	conn, err := grpc.NewClient(c.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return images.Built{}, err
+	}
+	defer conn.Close()
+	is := runtimeapi.NewImageServiceClient(conn)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		st, err := is.ImageStatus(waitCtx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: built.ID}})
+		switch {
+		case err != nil && !errors.Is(waitCtx.Err(), context.DeadlineExceeded):
+			return built, fmt.Errorf("CRI ImageStatus %s: %w", built.ID, err)
+		case err == nil && st.GetImage().GetPinned():
+			return built, nil
+		}
+		select {
+		case <-waitCtx.Done():
+			return built, fmt.Errorf("sandbox image %s (%s) not reported pinned by the CRI within 10s (image: %v): "+
+				"containerd %s should pin its pinned_images.sandbox", c.SandboxImage, built.ID, st.GetImage(), c.Version)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Kill stops the containerd process (SIGTERM, then SIGKILL after 10s) and leaves its

@@ -37,13 +37,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/evictiond/evictiond/internal/testenv/ctrdbin"
 )
 
 // BusyboxPath is where Debian's busybox-static installs its static binary.
 const BusyboxPath = "/bin/busybox"
 
-// PauseRef is the sandbox image tag containerd 1.6 asks for.
-const PauseRef = "registry.k8s.io/pause:3.6"
+// PauseRef is the sandbox image tag containerd 2.2 asks for (its default
+// pinned_images.sandbox); the testenv configures it explicitly too.
+const PauseRef = "registry.k8s.io/pause:3.10.1"
 
 // epoch is the fixed modification and creation time of every file and image, which keeps
 // image IDs reproducible.
@@ -239,12 +242,14 @@ func Import(ctx context.Context, socket, namespace string, spec Spec) (Built, er
 }
 
 // ImportArchive imports a docker-archive or OCI tar into the containerd on socket with
-// `ctr images import` (which also unpacks it into the default snapshotter).
+// `ctr images import` (which also unpacks it into the default snapshotter). ctr is the one
+// built with the tiers' containerd (ctrdbin, EVICTIOND_CONTAINERD_BIN).
 func ImportArchive(ctx context.Context, socket, namespace, archivePath string) error {
-	if _, err := exec.LookPath("ctr"); err != nil {
-		return fmt.Errorf("ctr not found in PATH: install Debian package containerd (make cri-packages): %w", err)
+	ctr, err := ctrdbin.Path("ctr")
+	if err != nil {
+		return err
 	}
-	cmd := exec.CommandContext(ctx, "ctr", "--address", socket, "--namespace", namespace,
+	cmd := exec.CommandContext(ctx, ctr, "--address", socket, "--namespace", namespace,
 		"images", "import", "--no-unpack=false", archivePath)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

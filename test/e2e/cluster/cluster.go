@@ -366,7 +366,10 @@ func (c *Cluster) startKubelet(binDir string) error {
 	cfg := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		// This machine runs cgroup v1, which kubelet 1.35 refuses by default.
-		FailCgroupV1:             ptr.To(false),
+		FailCgroupV1: ptr.To(false),
+		// containerd 2 answers the CRI RuntimeConfig call and the kubelet then uses its
+		// driver instead of this one; the testenv's runc runtime has SystemdCgroup = false,
+		// so both say cgroupfs.
 		CgroupDriver:             "cgroupfs",
 		CgroupsPerQOS:            ptr.To(true),
 		CgroupRoot:               "/",
@@ -396,10 +399,12 @@ func (c *Cluster) startKubelet(binDir string) error {
 		EvictionPressureTransitionPeriod: metav1.Duration{Duration: c.opts.KubeletPressureTransitionPeriod},
 		KernelMemcgNotification:          c.opts.KubeletKernelMemcgNotification,
 		// No periodic image GC (as kind's nodes): this machine's disk counts as 80-85 % used
-		// (a large root reserve), and the kubelet's 5-minute GC at 85 % removed the pause
-		// image, which containerd 1.6 does not report pinned; every pod start after it
-		// failed (make bench-ramp, 5.5 min into a cluster). Disk reclaim is evictiond's
-		// (and the kubelet eviction manager's, which does not depend on this).
+		// (a large root reserve), and the kubelet's 5-minute GC at 85 % removed every unused
+		// image: with containerd 1.6 the pause image too (1.6 did not report it pinned; 2.x
+		// does), and every pod start after it failed (make bench-ramp, 5.5 min into a
+		// cluster). It would still remove the workload images, imported once per cluster.
+		// Disk reclaim is evictiond's (and the kubelet eviction manager's, which does not
+		// depend on this).
 		ImageGCHighThresholdPercent: ptr.To(int32(100)),
 		// ConfigMap volume updates reach pods on the kubelet's pod sync: 10 s instead of
 		// 1 min keeps the hot-reload scenario short.

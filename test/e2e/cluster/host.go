@@ -38,7 +38,7 @@ var kubeletSysctls = []string{
 // (a package variable in the kubelet, not a setting).
 const containerLogsDir = "/var/log/containers"
 
-// cniCacheDir is libcni's result cache, which containerd 1.6 does not let us move.
+// cniCacheDir is libcni's result cache, which containerd (1.6 and 2.2 alike) does not let us move.
 const cniCacheDir = "/var/lib/cni"
 
 type hostState struct {

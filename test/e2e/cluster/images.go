@@ -70,17 +70,13 @@ func buildWorkloads(ctx context.Context, outDir string) (map[string]string, erro
 }
 
 // importImages builds the pause image and one image per workload and imports them into
-// the cluster's containerd.
+// the cluster's containerd (the pause image under its sandbox tag, reported pinned).
 func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir string) error {
 	bins, err := buildWorkloads(ctx, workDir)
 	if err != nil {
 		return err
 	}
-	pause, err := images.Pause()
-	if err != nil {
-		return err
-	}
-	specs := []images.Spec{pause}
+	var specs []images.Spec
 	for _, w := range Workloads {
 		data, err := os.ReadFile(bins[w])
 		if err != nil {
@@ -93,6 +89,10 @@ func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir stri
 		})
 	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		_, err := ctrd.ImportSandboxImage(gctx)
+		return err
+	})
 	for _, spec := range specs {
 		g.Go(func() error {
 			_, err := images.Import(gctx, ctrd.Socket, containerd.CRINamespace, spec)
