@@ -578,7 +578,7 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 	}
 	addThresholds("evictionHard", hard, false)
 	addThresholds("evictionSoft", soft, true)
-	c.checkSoftAboveHard(cfg.Thresholds, raw.EvictionHard.given())
+	cfg.Warnings = append(cfg.Warnings, softNotAboveHard(cfg.Thresholds, raw.EvictionHard.given())...)
 	if len(explicitContainerFs) > 0 {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s ignored: containerfs thresholds are derived from the nodefs (or, with a dedicated imagefs, imagefs) thresholds, as the kubelet does", strings.Join(explicitContainerFs, ", ")))
 	}

@@ -30,12 +30,14 @@ func checkThresholdRange(sig Signal, v ThresholdValue) string {
 	return fmt.Sprintf("must be at most %s: a threshold above the node's capacity is always met and evicts every pod", limit.String())
 }
 
-// checkSoftAboveHard rejects a soft threshold that can never be met before the
+// softNotAboveHard warns of a soft threshold that can never be met before the
 // hard threshold of its signal: soft thresholds exist to act earlier and more
-// gently. Both must be quantities or both percentages to be compared (a
+// gently. A warning, not an error: such a soft threshold is inert, and a node
+// pool of the chart that raises a hard threshold inherits the default soft one
+// (750Mi below a pool's 2Gi), which must not stop the agent. Both must be quantities or both percentages to be compared (a
 // percentage depends on the node's capacity). PSI thresholds are compared as
 // headroom, where a soft one must also be the larger.
-func (c *compiler) checkSoftAboveHard(ts []Threshold, hardGiven map[string]string) {
+func softNotAboveHard(ts []Threshold, hardGiven map[string]string) (warnings []string) {
 	hard := map[Signal]Threshold{}
 	for _, t := range ts {
 		if t.Hard() && t.DerivedFrom == "" {
@@ -67,6 +69,7 @@ func (c *compiler) checkSoftAboveHard(ts []Threshold, hardGiven map[string]strin
 		if s.Signal.IsPSI() {
 			rule = "must be below " + where + " (" + h.Raw + "): a soft stall threshold at or above the hard one is never acted on before it"
 		}
-		c.fail("evictionSoft", string(s.Signal), s.Raw, rule)
+		warnings = append(warnings, fmt.Sprintf("evictionSoft[%s]: %q: %s", s.Signal, s.Raw, rule))
 	}
+	return warnings
 }
