@@ -173,6 +173,11 @@ func (a *Agent) brakePending(as *policy.Assessment, pods []*v1.Pod) *BrakeReport
 		if p.Signal != s.Threshold.Signal || p.UID == a.opts.SelfUID {
 			continue
 		}
+		if a.offLoop.killing[p.UID] {
+			// Already frozen and being killed: a second freeze would hold, on
+			// cgroup v1, the tasks the kill has just sent SIGKILL.
+			return nil
+		}
 		if i := slices.IndexFunc(pods, func(pod *v1.Pod) bool { return pod.UID == p.UID }); i >= 0 {
 			victim = pods[i]
 			break

@@ -94,6 +94,7 @@ func (s announcedStatus) SetConditions(c []v1.NodeConditionType) {
 type stuckFreezer struct {
 	mu      sync.Mutex
 	held    map[types.UID]brake.Hold
+	frozen  map[types.UID]int // freezes per pod
 	killing chan types.UID
 	release chan struct{}
 }
@@ -101,6 +102,10 @@ type stuckFreezer struct {
 func (f *stuckFreezer) Freeze(pod *v1.Pod, max time.Duration) (brake.Hold, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.frozen == nil {
+		f.frozen = map[types.UID]int{}
+	}
+	f.frozen[pod.UID]++
 	now := time.Now()
 	h := brake.Hold{UID: pod.UID, Pod: pod.Namespace + "/" + pod.Name, FrozenAt: now, Deadline: now.Add(max)}
 	f.held[pod.UID] = h
@@ -239,6 +244,15 @@ func TestRun_ACrossingDuringTheBrakesKillIsDecidedAtOnce(t *testing.T) {
 	n.setPIDs(50)
 	wakeUp(t, wake)
 	waitForConditions(t, conds, v1.NodePIDPressure)
+	// The memory signal is still crossed and the hog still pending: a pass
+	// must not freeze it again while its kill is in flight (a cgroup v1 freeze
+	// would hold the SIGKILLed tasks, and the kill would fail).
+	fz.mu.Lock()
+	freezes := fz.frozen["hog"]
+	fz.mu.Unlock()
+	if freezes != 1 {
+		t.Errorf("hog frozen %d times, want once: frozen again while its kill was in flight", freezes)
+	}
 
 	release()
 	for {
