@@ -127,15 +127,10 @@ func runBenchEpisode(t *testing.T, n *node, setup string, rate benchRate, ns str
 	res := benchResult{setup: setup, rate: rate.label, request: -1, frozen: -1}
 	createNamespace(t, n, ns)
 	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi"))),
+		guaranteedBystander(ns),
 		podOnNode(ns, "burstable", workloadContainer("memhog", "memhog", []string{"-rate-mib=64", "-target-mib=64"}, resources("memory", "128Mi"), nil)),
 	}
-	for _, p := range bystanders {
-		n.createPod(t, p)
-	}
-	for _, p := range bystanders {
-		n.waitPod(t, ns, p.Name, 3*time.Minute, "Ready", podReady)
-	}
+	n.startPods(t, 3*time.Minute, bystanders...)
 	oomBefore := n.oomKills(t)
 	if err := n.vm.StartSampling(ctx, "/sys/fs/cgroup/kubepods.slice", 5*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -159,12 +154,7 @@ func runBenchEpisode(t *testing.T, n *node, setup string, rate benchRate, ns str
 	if term := terminatedState(last, "memhog"); term != nil {
 		res.hogEnding = term.Reason
 	}
-	for _, p := range bystanders {
-		got, err := n.client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil || !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			res.bystandersHurt++
-		}
-	}
+	res.bystandersHurt = len(n.hurtBystanders(bystanders))
 	for _, e := range n.events(t, ns, "Evicted") {
 		res.evictedBy += e.Source.Component + ":" + e.InvolvedObject.Name + " "
 	}

@@ -218,3 +218,37 @@ var (
 	terminatedState = podstate.Terminated
 	describeEvents  = podstate.DescribeEvents
 )
+
+// guaranteedBystander is a Guaranteed pod that only idles. Its CPU limit is 500m:
+// under TCG a 10m quota holds runc init in the pod's cgroup for minutes.
+func guaranteedBystander(ns string) *corev1.Pod {
+	return podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil,
+		resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi")))
+}
+
+// startPods creates the pods, then waits until each is Ready.
+func (n *node) startPods(t *testing.T, timeout time.Duration, pods ...*corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		n.createPod(t, p)
+	}
+	for _, p := range pods {
+		n.waitPod(t, p.Namespace, p.Name, timeout, "Ready", podReady)
+	}
+}
+
+// hurtBystanders returns the pods that are gone, not Ready or restarted, each
+// with its status.
+func (n *node) hurtBystanders(pods []*corev1.Pod) []string {
+	var hurt []string
+	for _, p := range pods {
+		got, err := n.client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			hurt = append(hurt, p.Name+": "+err.Error())
+		case !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0:
+			hurt = append(hurt, p.Name+": "+describeStatus(got))
+		}
+	}
+	return hurt
+}

@@ -183,15 +183,10 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 	ns := "v2-memory"
 	createNamespace(t, n, ns)
 	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi"))),
+		guaranteedBystander(ns),
 		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", "memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
 	}
-	for _, p := range bystanders {
-		n.createPod(t, p)
-	}
-	for _, p := range bystanders {
-		n.waitPod(t, ns, p.Name, 2*time.Minute, "Ready", podReady)
-	}
+	n.startPods(t, 2*time.Minute, bystanders...)
 	oomBefore := n.oomKills(t)
 	hog := n.createPod(t, podOnNode(ns, "hog", workloadContainer("memhog", "memhog", []string{"-rate-mib=100"}, resources("memory", "64Mi"), nil)))
 	// The Node's own condition and taint, sampled while the episode runs.
@@ -235,14 +230,8 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 		t.Errorf("Evicted event message %q does not name the starved resource", evicted[0].Message)
 	}
 	t.Logf("hog evicted %v after it was created: %s", lifetime.Round(time.Second), evicted[0].Message)
-	for _, p := range bystanders {
-		got, err := n.client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("bystander %s hurt: %s", got.Name, describeStatus(got))
-		}
+	for _, hurt := range n.hurtBystanders(bystanders) {
+		t.Errorf("bystander hurt: %s", hurt)
 	}
 	// Cleared once the pressure is over (transition period 20 s), the kubelet's own status
 	// updates notwithstanding.
@@ -282,15 +271,10 @@ func testBrake(t *testing.T, n *node) {
 	createNamespace(t, n, ns)
 	const fillerMiB = 1700
 	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", "idle", nil, resources("cpu", "500m", "memory", "32Mi"), resources("cpu", "500m", "memory", "32Mi"))),
+		guaranteedBystander(ns),
 		podOnNode(ns, "filler", workloadContainer("memhog", "memhog", []string{"-rate-mib=1000", fmt.Sprintf("-target-mib=%d", fillerMiB)}, resources("memory", fmt.Sprintf("%dMi", fillerMiB+100)), nil)),
 	}
-	for _, p := range bystanders {
-		n.createPod(t, p)
-	}
-	for _, p := range bystanders {
-		n.waitPod(t, ns, p.Name, 2*time.Minute, "Ready", podReady)
-	}
+	n.startPods(t, 2*time.Minute, bystanders...)
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		out, err := n.vm.Sh(ctx, "cat /sys/fs/cgroup/kubepods.slice/memory.current")
 		var cur int64
@@ -334,14 +318,8 @@ func testBrake(t *testing.T, n *node) {
 	}
 	t.Logf("Braked: %s", braked[0].Message)
 	t.Logf("evictiond:\n%s", grepLines(n.evictiondLog(t, 400), "brake: pod"))
-	for _, p := range bystanders {
-		got, err := n.client.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !podReady(got) || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("bystander %s hurt: %s", got.Name, describeStatus(got))
-		}
+	for _, hurt := range n.hurtBystanders(bystanders) {
+		t.Errorf("bystander hurt: %s", hurt)
 	}
 	// systemd, containerd and the kubelet consistent afterwards.
 	uid := strings.ReplaceAll(string(hog.UID), "-", "_")
