@@ -36,7 +36,10 @@ type Options struct {
 	// applied, to rebuild what depends on it (evictor, reclaimer, notifier
 	// thresholds). The engine is updated by the agent itself.
 	OnConfig func(*policy.Config)
-	Clock    policy.Clock
+	// OnPass runs in the loop goroutine at the end of every pass with what it
+	// saw and did (the trace recorder's decisions, internal/daemon).
+	OnPass func(source string, rep *Report)
+	Clock  policy.Clock
 	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
 	Sleep  func(time.Duration)
 	Logger *slog.Logger
@@ -231,6 +234,11 @@ type ReclaimStepReport struct {
 // It settles what the pass left beside the loop (the graceful watch, on the
 // clock; the brake's kills) before it returns, so the report is complete.
 func (a *Agent) Pass(ctx context.Context, source string) Report {
+	select {
+	case cfg := <-a.reloads: // as Run does: a configuration handed over applies first
+		a.applyConfig(cfg)
+	default:
+	}
 	rep := a.pass(ctx, source)
 	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
@@ -253,7 +261,12 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
 	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
-	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		a.metrics.PassDuration.Observe(time.Since(start).Seconds())
+		if a.opts.OnPass != nil {
+			a.opts.OnPass(source, &rep)
+		}
+	}()
 	a.finishKills()
 
 	a.evictor.ReportPending(ctx, a.log)

@@ -43,7 +43,7 @@ brake: {enabled: true}
 func TestBrake(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{AuditLog: true})
 	ctx := context.Background()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: brakeConfig})
+	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: brakeConfig, ExtraArgs: traceArgs})
 	if err != nil {
 		t.Fatalf("deploying evictiond: %v", err)
 	}
@@ -56,6 +56,7 @@ func TestBrake(t *testing.T) {
 	// First: the measured eviction path then still is the initial 2 s.
 	t.Run("SlowRampKeepsTheGracefulPath", func(t *testing.T) { testSlowRampKeepsTheGracefulPath(t, c) })
 	t.Run("FastRampFrozenAndKilled", func(t *testing.T) { testFastRampFrozenAndKilled(t, c) })
+	t.Run("ReplayAgrees", func(t *testing.T) { replayAgrees(t, c, "brake") })
 }
 
 // brakeEpisode is a hog ramping in a namespace with a Guaranteed and a Burstable bystander

@@ -26,7 +26,7 @@ func TestEvictiond(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{AuditLog: true})
 	ctx := context.Background()
 	start := time.Now()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{})
+	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{ExtraArgs: traceArgs})
 	if err != nil {
 		t.Fatalf("deploying evictiond: %v", err)
 	}
@@ -46,6 +46,8 @@ func TestEvictiond(t *testing.T) {
 	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
 	// Last: it garbage-collects images.
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
+	// Last: the whole run's episodes, replayed through the simulated node.
+	t.Run("ReplayAgrees", func(t *testing.T) { replayAgrees(t, c, "evictiond") })
 }
 
 // testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond
