@@ -14,7 +14,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/daemon"
-	"github.com/evictiond/evictiond/internal/trace"
 )
 
 func init() { commands["run"] = runRun }
@@ -37,7 +36,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	f.Node.AddFlags(fs)
 	fs.BoolVar(&f.DryRun, "dry-run", false, "decide and report (logs, Events, metrics) without evicting, reclaiming or writing node status; overrides dryRun in the config")
 	fs.StringVar(&f.RecordTrace, "record-trace", "", "write the node's readings and the loop's decisions to this file, for `evictiond simulate --trace` (docs/simulate.md); off when empty")
-	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", trace.DefaultMaxBytes, "stop recording the trace past this size")
+	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", daemon.DefaultTraceMaxBytes, "stop recording the trace past this size")
 	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -48,6 +48,9 @@ type ProcessOptions struct {
 	Logger              *slog.Logger
 }
 
+// DefaultTraceMaxBytes bounds a trace recording (--record-trace-max-bytes).
+const DefaultTraceMaxBytes = trace.DefaultMaxBytes
+
 // RunProcess is the daemon's process on a node: it loads the configuration,
 // serves /metrics and the probes from the start, opens the real node
 // (internal/node), builds the daemon on it, follows the configuration file,

@@ -89,4 +89,3 @@ func TestReplayOfARecordedScenarioAgrees(t *testing.T) {
 		})
 	}
 }
-
