@@ -46,8 +46,6 @@ func TestEvictiond(t *testing.T) {
 	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
 	// Last: it garbage-collects images.
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
-	// Last: the whole run's episodes, replayed through the simulated node.
-	t.Run("ReplayAgrees", func(t *testing.T) { replayAgrees(t, c, "evictiond") })
 }
 
 // testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond
@@ -55,6 +53,7 @@ func TestEvictiond(t *testing.T) {
 // before the kernel OOM-kills anything and before the kubelet's backstop acts; a Guaranteed
 // pod and a Burstable pod within its request keep running; exactly one pod is evicted.
 func testMemoryHogEvictedBeforeOOMKill(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "evictiond")
 	// 200 MiB/s reaches evictiond's threshold (500Mi below the 3 GiB limit) in about 13 s,
 	// and the limit itself 2.5 s later: evictiond has those 2.5 s.
 	e := &memoryEpisode{Namespace: "e2e-memory", HogRateMiB: 200}

@@ -17,6 +17,16 @@ import (
 // into the state directory, where replayAgrees reads them on the host.
 var traceArgs = []string{"--record-trace=/var/lib/evictiond/trace.jsonl"}
 
+// replayAfter checks, once the scenario passed, that the agent's trace so far
+// (this scenario's episode and those before it) replays to the same decisions.
+func replayAfter(t *testing.T, c *cluster.Cluster, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			replayAgrees(t, c, name)
+		}
+	})
+}
+
 // replayAgrees replays the trace the agent recorded on this node through the
 // simulated node (evictiond simulate --trace) and requires the same decisions:
 // every eviction and its outcome, every freeze, thaw and kill, in order. It
