@@ -80,7 +80,9 @@ func (r *Recorder) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
 	for _, p := range pods {
 		now[p.UID] = true
 		if !r.shown[p.UID] {
-			rec.Added = append(rec.Added, p)
+			q := p.DeepCopy()
+			q.ManagedFields = nil // half a pod's bytes, and no decision reads them
+			rec.Added = append(rec.Added, q)
 		}
 	}
 	for uid := range r.shown {

@@ -65,6 +65,20 @@ type Replayed struct {
 // would have done). Configurations reloaded during the recording are applied
 // at their time unless override is set.
 func Replay(recs []trace.Record, cfg *policy.Config, override bool) (*Replayed, error) {
+	return replay(recs, cfg, override, replayOptions{})
+}
+
+// replayOptions make the simulated side differ on purpose (the tests that
+// prove the agreement can fail).
+type replayOptions struct {
+	// settleEachPass drives the loop pass by pass, each settling its
+	// graceful watch before the next, instead of as Run interleaves them.
+	settleEachPass bool
+	// wrap replaces the node the loop sees.
+	wrap func(daemon.Node) daemon.Node
+}
+
+func replay(recs []trace.Record, cfg *policy.Config, override bool, o replayOptions) (*Replayed, error) {
 	if len(recs) == 0 || recs[0].Kind != trace.KindStart {
 		return nil, fmt.Errorf("trace: first record: must be the start record")
 	}
@@ -85,7 +99,11 @@ func Replay(recs []trace.Record, cfg *policy.Config, override bool) (*Replayed, 
 	w := trace.NewWriter(&buf)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rec := daemon.NewRecorder(ctx, rn, w, clk.Now)
+	var node daemon.Node = rn
+	if o.wrap != nil {
+		node = o.wrap(rn)
+	}
+	rec := daemon.NewRecorder(ctx, node, w, clk.Now)
 	rec.Start(start.Node, start.Self, []byte(start.Config), start.DryRun)
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: sim, Node: rec, Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: sim.Name, SelfUID: start.Self, Logger: slog.New(slog.DiscardHandler), OnPass: rec.OnPass})
@@ -103,13 +121,22 @@ func Replay(recs []trace.Record, cfg *policy.Config, override bool) (*Replayed, 
 			}
 			reloads = reloads[1:]
 		}
-		if clk.Now().Before(st.at) {
-			clk.SetTime(st.at)
-		}
+		// What the loop ran beside the passes until this one, then the pass;
+		// the clock then stands where the recorded pass ended (a pass waits
+		// on the API server), where the loop's watch timer starts.
+		d.Agent.Advance(ctx, st.at)
 		sim.Apply(st.input)
-		rep := d.Agent.Pass(ctx, st.source)
-		res.Steps = append(res.Steps, stepResult(st.at.Sub(epoch).String(), rep, cur, clk.Now()))
+		pass := d.Agent.PassOnce
+		if o.settleEachPass {
+			pass = d.Agent.Pass
+		}
+		rep := pass(ctx, st.source)
+		res.Steps = append(res.Steps, stepResult(st.at.Sub(epoch).Round(time.Millisecond).String(), rep, cur, st.at))
+		if clk.Now().Before(st.end) {
+			clk.SetTime(st.end)
+		}
 	}
+	d.Agent.Settle(ctx)
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
@@ -136,9 +163,9 @@ func Agreement(recorded, replayed []trace.Record) string {
 }
 
 type replayStep struct {
-	at     time.Time
-	source string
-	input  StepInput
+	at, end time.Time // the pass's start (its Observe) and end, as recorded
+	source  string
+	input   StepInput
 }
 
 type reload struct {
@@ -195,7 +222,7 @@ func replaySteps(recs []trace.Record) ([]replayStep, *answers, []reload, error) 
 			if !started {
 				cur.at = r.At // a pass that could not list the pods
 			}
-			cur.source = r.Pass.Source
+			cur.source, cur.end = r.Pass.Source, r.At
 			for _, uid := range r.Pass.Refused {
 				cur.input.Refused[uid] = true
 			}

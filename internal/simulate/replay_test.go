@@ -2,15 +2,19 @@ package simulate
 
 import (
 	"bytes"
+	"compress/gzip"
+	"io"
 	"context"
 	"log/slog"
 	"os"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/trace"
@@ -88,4 +92,96 @@ func TestReplayOfARecordedScenarioAgrees(t *testing.T) {
 			t.Logf("%d records: evictions %q, brake %q", len(recs), ev, br)
 		})
 	}
+}
+
+// realEpisode is a trace recorded by evictiond on the e2e cluster's node
+// (TestBrake, 2026-11-25: a hog at 40 MiB/s evicted on the graceful path, then
+// a hog at the fastest ramp that ignores SIGTERM, frozen while evictiond
+// watched its graceful eviction and killed on the node).
+func realEpisode(t *testing.T) ([]trace.Record, *policy.Config) {
+	t.Helper()
+	f, err := os.Open("testdata/trace/brake-e2e.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, cfg, err := ReadTrace(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs, cfg
+}
+
+func TestReplayOfARealEpisodeAgrees(t *testing.T) {
+	recs, cfg := realEpisode(t)
+	ev, br := trace.Decisions(recs)
+	if len(ev) != 2 || len(br) != 2 {
+		t.Fatalf("the recording should hold 2 evictions and a freeze and a kill: %q %q", ev, br)
+	}
+	got, err := Replay(recs, cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := Agreement(recs, got.Trace); diff != "" {
+		t.Fatal(diff)
+	}
+	if len(got.Drift) > 0 {
+		t.Fatalf("drift: %q", got.Drift)
+	}
+}
+
+// The replay must fail when the simulated side differs from the node. Two
+// differences, each one this project had: a loop driven pass by pass with the
+// graceful watch settled inside its pass (simulate before the replay test
+// existed: the watch read the fast readings of later passes, and the brake
+// never fired), and a node without fast readings (the simulated node before
+// this round), and a node whose fast reads return the pass's own reading (a
+// scenario's node between its steps).
+func TestReplayFailsWhenTheSimulatedSideDiffers(t *testing.T) {
+	recs, cfg := realEpisode(t)
+	t.Run("watch settled inside its pass", func(t *testing.T) {
+		got, err := replay(recs, cfg, false, replayOptions{settleEachPass: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Agreement(recs, got.Trace) == "" {
+			t.Fatal("the replay agreed although the loop was driven otherwise than Run drives it")
+		}
+	})
+	t.Run("fast reads return the pass's reading", func(t *testing.T) {
+		got, err := replay(recs, cfg, false, replayOptions{wrap: func(n daemon.Node) daemon.Node { return &staleFast{Node: n} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		diff := Agreement(recs, got.Trace)
+		if diff == "" {
+			t.Fatal("the replay agreed although the node's fast reads were stale")
+		}
+		t.Logf("caught:\n%s", diff)
+	})
+}
+
+// staleFast answers a fast read with the pass's own reading.
+type staleFast struct {
+	daemon.Node
+	last policy.Observations
+}
+
+func (s *staleFast) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed {
+	o := s.Node.Observe(ctx, pods)
+	s.last = o.Observations
+	return o
+}
+
+func (s *staleFast) ObserveFast() policy.Observations {
+	s.Node.ObserveFast() // the recorded answer is consumed, as the real call would be
+	return s.last
 }
