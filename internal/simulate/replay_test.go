@@ -3,8 +3,8 @@ package simulate
 import (
 	"bytes"
 	"compress/gzip"
-	"io"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"testing"
