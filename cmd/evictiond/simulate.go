@@ -96,6 +96,9 @@ func replayTrace(traceFile, configFile string, stderr io.Writer) (*simulate.Resu
 	default:
 		fmt.Fprintf(stderr, "replayed %d recorded passes: the decisions differ from the node's\n%s\n", len(got.Result.Steps), diff)
 	}
+	for _, d := range got.Drift {
+		fmt.Fprintf(stderr, "drift: %s\n", d)
+	}
 	return got.Result, nil
 }
 

@@ -136,7 +136,9 @@ func replay(recs []trace.Record, cfg *policy.Config, override bool, o replayOpti
 			clk.SetTime(st.end)
 		}
 	}
-	d.Agent.Settle(ctx)
+	// Up to the recording's end and not past it: a recording read while the
+	// agent runs ends wherever the loop was.
+	d.Agent.Advance(ctx, recs[len(recs)-1].At)
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
