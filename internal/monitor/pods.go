@@ -103,8 +103,11 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			m.metrics.podReadErrors.WithLabelValues("memory").Inc()
 		default:
 			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
-			ws := u.workingSet()
+			ws, file := u.workingSet(), u.file
 			ps.MemoryWorkingSet = &ws
+			if file >= 0 {
+				ps.MemoryFile = &file
+			}
 			if n, err := m.cgl().countProcesses(cg); err != nil {
 				errs = append(errs, err.Error())
 				m.metrics.podReadErrors.WithLabelValues("processes").Inc()
