@@ -132,7 +132,7 @@ func (a *Agent) reclaimMemory(ctx context.Context, pods []*v1.Pod, obs *Observed
 		}
 		a.log.Info("pod memory reclaimed before any eviction", "pod", key, "uid", t.Pod.UID, "signal", plan.Signal,
 			"available", fmtBytes(plan.Available), "threshold", fmtBytes(plan.Threshold), "trigger", fmtBytes(plan.Trigger),
-			"ask", fmtBytes(t.Ask), "freed", fmtBytes(r.Freed), "why", t.Reason)
+			"ask", fmtBytes(t.Ask), "freed", fmtBytes(r.Freed), "freedBytes", r.Freed, "why", t.Reason)
 		a.recorder.Eventf(t.Pod, v1.EventTypeNormal, "MemoryReclaimed",
 			"Reclaimed %s of the %s asked from this pod's page cache (memory.reclaim) instead of evicting: %s available %s, threshold %s + margin %s. %s",
 			fmtBytes(max(r.Freed, 0)), fmtBytes(t.Ask), plan.Signal, fmtBytes(plan.Available), fmtBytes(plan.Threshold),
