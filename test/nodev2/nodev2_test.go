@@ -153,6 +153,13 @@ func installScenarioConfig(t *testing.T, n *node) {
 // it (the kubelet refreshes ConfigMap volumes within its sync period, 10 s here).
 func setConfig(t *testing.T, n *node, config string) {
 	t.Helper()
+	startConfig(t, n, config)()
+}
+
+// startConfig writes config into evictiond's ConfigMap and returns the wait for the agent's
+// reload, for a caller with other work to do meanwhile.
+func startConfig(t *testing.T, n *node, config string) (waitReload func()) {
+	t.Helper()
 	ctx := context.Background()
 	before := strings.Count(n.evictiondLog(t, 100000), "configuration reloaded")
 	cm, err := n.client.CoreV1().ConfigMaps(evictiondNamespace).Get(ctx, evictiondConfigMap, metav1.GetOptions{})
@@ -163,11 +170,14 @@ func setConfig(t *testing.T, n *node, config string) {
 	if _, err := n.client.CoreV1().ConfigMaps(evictiondNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("updating evictiond's ConfigMap: %v", err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return strings.Count(n.evictiondLog(t, 100000), "configuration reloaded") > before, nil
-	})
-	if err != nil {
-		t.Fatalf("evictiond did not reload its configuration within 2 minutes:\n%s", n.evictiondLog(t, 20))
+	return func() {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return strings.Count(n.evictiondLog(t, 100000), "configuration reloaded") > before, nil
+		})
+		if err != nil {
+			t.Fatalf("evictiond did not reload its configuration within 2 minutes:\n%s", n.evictiondLog(t, 20))
+		}
 	}
 }
 

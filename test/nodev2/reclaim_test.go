@@ -33,8 +33,8 @@ const (
 
 // reclaimConfig is evictiond's configuration in the scenario: allocatableMemory.available's
 // hard threshold at the scenario's, reclaim before evict on (margin 30Mi, a pod asked at most
-// every 5 s), or the whole agent in dry run (the kubelet-alone run).
-func reclaimConfig(thresholdBytes int64, dryRun bool) string {
+// every 5 s).
+func reclaimConfig(thresholdBytes int64) string {
 	return fmt.Sprintf(`apiVersion: evictiond.io/v1alpha1
 kind: EvictionConfiguration
 evictionHard:
@@ -48,8 +48,7 @@ eviction:
 exclusions: {daemonSetPods: true}
 nodeStatus: {conditions: own}
 memoryReclaim: {enabled: true, margin: %dMi, podInterval: 5s}
-dryRun: %t
-`, thresholdBytes, reclaimMarginMiB, dryRun)
+`, thresholdBytes, reclaimMarginMiB)
 }
 
 // reclaimOutcome is one run of the scenario, a row of docs/benchmarks.md's table.
@@ -60,6 +59,9 @@ type reclaimOutcome struct {
 	oomKills       int64
 	reclaimedBytes int64
 	readerActive   int64 // the reader's active_file once it holds
+	// readerAfter is the reader's memory.stat file, active_file and inactive_file at the
+	// end, when it is still there.
+	readerAfter string
 }
 
 // testReclaimBeforeEvict is reclaim before evict on the v2 node: a pod whose file's page
@@ -74,16 +76,18 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	t.Logf("kubepods.slice: memory.max %d MiB, working set %d MiB: allocatableMemory.available threshold %d MiB (crossed when the pods use %d MiB more)",
 		limit>>20, ws>>20, threshold>>20, reclaimDeltaMiB)
 
-	// The kubelet alone: evictiond observes only, the kubelet's threshold is the scenario's.
-	setConfig(t, n, reclaimConfig(threshold, true))
+	// The kubelet alone, its threshold the scenario's. evictiond's configuration in force (the
+	// chart's or the scenarios') has memoryReclaim off and its thresholds gigabytes away.
 	n.setKubeletEviction(t, map[string]string{"allocatableMemory.available": strconv.FormatInt(threshold>>20, 10) + "Mi"})
 	kubeletOnly := n.reclaimEpisode(t, "v2-reclaim-kubelet", "kubelet only", 40*time.Second)
-	n.setKubeletEviction(t, nil)
 
-	// evictiond with reclaim before evict; the kubelet back at its 100Mi backstop.
+	// evictiond with reclaim before evict; the kubelet back at its 100Mi backstop (its restart
+	// also refreshes evictiond's ConfigMap volume).
 	limit, ws = n.kubepodsMemory(t)
 	threshold = limit - ws - reclaimDeltaMiB<<20
-	setConfig(t, n, reclaimConfig(threshold, false))
+	reloaded := startConfig(t, n, reclaimConfig(threshold))
+	n.setKubeletEviction(t, nil)
+	reloaded()
 	withReclaim := n.reclaimEpisode(t, "v2-reclaim-evictiond", "evictiond + memoryReclaim", 15*time.Second)
 	setConfig(t, n, scenarioConfig)
 
@@ -162,10 +166,16 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 		}
 	}
 	out.reclaimedBytes = n.reclaimedFromLog(t, ns)
+	if p, err := n.client.CoreV1().Pods(ns).Get(context.Background(), "cache-reader", metav1.GetOptions{}); err == nil && !podFinished(p) {
+		out.readerAfter = fmt.Sprintf("file %d MiB, active_file %d MiB, inactive_file %d MiB", n.podMemoryStat(t, p, "file")>>20,
+			n.podMemoryStat(t, p, "active_file")>>20, n.podMemoryStat(t, p, "inactive_file")>>20)
+	}
+	leakLog := n.sh(t, fmt.Sprintf("tail -n 1 /var/log/pods/%s_leak_*/memhog/*.log 2>/dev/null || true", ns))
 	if hurt := n.hurtBystanders([]*corev1.Pod{bystander}); len(hurt) > 0 {
 		t.Errorf("%s: Guaranteed bystander hurt: %v", setup, hurt)
 	}
-	t.Logf("%s: %s\n--- evictiond ---\n%s", setup, out.row(), grepRegexp(n.evictiondLog(t, 300), `memory reclaim|reclaimed|evict`))
+	t.Logf("%s: %s; the reader at the end: %s; the leak's last line: %s\n--- evictiond ---\n%s", setup, out.row(), out.readerAfter, leakLog,
+		grepRegexp(n.evictiondLog(t, 2000), `memory reclaim|reclaimed|evicted|would evict`))
 	return out
 }
 
