@@ -67,6 +67,9 @@ type Agent struct {
 	// memReclaimer and memState: reclaim before evict (memreclaim.go).
 	memReclaimer MemoryReclaimer
 	memState     memoryReclaimState
+	// selfStalled are the pods reported stalled against their own limits
+	// (podpressure.go), reported once per episode.
+	selfStalled map[types.UID]bool
 
 	// stages times the current pass's steps up to the brake, for the
 	// brake's log line (where the milliseconds from the crossing went).
@@ -203,6 +206,9 @@ type Report struct {
 	// MemoryReclaim is reclaim before evict's run, if a memory signal was
 	// near its threshold.
 	MemoryReclaim *MemoryReclaimReport
+	// PodPressure lists the pods stalled against their own memory limits
+	// and the PSI signals they explain, when there are any.
+	PodPressure *policy.PodPressureAssessment
 	// Reclaim is the node-level reclaim run, if any.
 	Reclaim *ReclaimReport
 	// Selection is the victim choice, when a threshold needed an eviction.
@@ -279,6 +285,9 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	rep.MemoryReclaim = a.reclaimMemory(ctx, pods, &obs)
 	a.stages.observed = time.Now()
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
+	if rep.PodPressure = a.notePodPressure(pods, obs); rep.PodPressure != nil {
+		in.Explained = rep.PodPressure.Explained
+	}
 
 	fast := a.recordFastReadings()
 	assessment := a.engine.Assess(in)

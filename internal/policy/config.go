@@ -95,6 +95,7 @@ type Config struct {
 	Reclaim        ReclaimConfig
 	Brake          BrakeConfig
 	MemoryReclaim  MemoryReclaimConfig
+	PodPressure    PodPressureConfig
 	DryRun         bool
 
 	// Normalized is the document with every default applied.
@@ -465,6 +466,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	cfg.Reclaim = c.reclaim(raw.Reclaim)
 	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
 	cfg.MemoryReclaim = c.memoryReclaim(raw.MemoryReclaim)
+	cfg.PodPressure = c.podPressure(raw.PodPressure)
 	cfg.DryRun = raw.DryRun
 
 	if len(c.errs) > 0 {
@@ -880,6 +882,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 		ImageGC: ImageGCSettings{Enabled: ptr(rc.ImageGC), MinAge: rc.ImageMinAge.String(), PinnedImages: rc.PinnedImages, StateFile: rc.ImageStateFile}}
 	n.Brake = normalizeBrake(cfg.Brake)
 	n.MemoryReclaim = normalizeMemoryReclaim(cfg.MemoryReclaim)
+	n.PodPressure = normalizePodPressure(cfg.PodPressure)
 	return n
 }
 

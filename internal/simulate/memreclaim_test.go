@@ -53,3 +53,40 @@ func TestMemoryReclaimExampleOffAndDryRun(t *testing.T) {
 		})
 	}
 }
+
+// Without podPressure the self-inflicted stall is taken for node pressure:
+// MemoryPressure from t=10s and the web pod, a bystander, evicted at t=25s.
+func TestPodPressureOffEvictsTheBystander(t *testing.T) {
+	data, err := os.ReadFile("../../examples/psi-self-inflicted.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		config    string
+		wantFirst string
+	}{
+		{"", "45s shop/web"},
+		{"  podPressure: {enabled: false}\n", "25s shop/web"},
+	} {
+		sc, cfg, err := Decode([]byte(strings.Replace(string(data), "node: {name: node-1}\n", c.config+"node: {name: node-1}\n", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(sc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ""
+		for _, s := range res.Steps {
+			if s.Eviction != nil && first == "" {
+				first = s.At + " " + s.Eviction.Pod
+			}
+			if c.config != "" && len(s.SelfInflicted) > 0 {
+				t.Errorf("t=%s: self-inflicted pods reported with podPressure off", s.At)
+			}
+		}
+		if first != c.wantFirst {
+			t.Errorf("config %q: first eviction %q, want %q", c.config, first, c.wantFirst)
+		}
+	}
+}

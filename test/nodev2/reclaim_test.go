@@ -24,11 +24,11 @@ import (
 // stops at leakMiB, and a threshold reclaimDeltaMiB above what the pods use at the start, so
 // that cache and leak together cross it and the leak alone does not.
 const (
-	reclaimCacheMiB  = 192
-	reclaimLeakMiB   = 128
-	reclaimLeakRate  = 6
-	reclaimDeltaMiB  = 250
-	reclaimMarginMiB = 30
+	reclaimCacheMiB  = 128
+	reclaimLeakMiB   = 96
+	reclaimLeakRate  = 8
+	reclaimDeltaMiB  = 180
+	reclaimMarginMiB = 24
 )
 
 // reclaimConfig is evictiond's configuration in the scenario: allocatableMemory.available's
@@ -71,6 +71,12 @@ type reclaimOutcome struct {
 // memoryReclaim asks the reader's cgroup for its page cache through memory.reclaim and
 // evicts nothing (or only the leak), never asks the Guaranteed bystander, no OOM kill.
 func testReclaimBeforeEvict(t *testing.T, n *node) {
+	start := time.Now()
+	// The Guaranteed bystander serves both runs (one pod start less under TCG).
+	createNamespace(t, n, "v2-reclaim")
+	defer n.deleteNamespace(t, "v2-reclaim")
+	bystander := guaranteedBystander("v2-reclaim")
+	n.startPods(t, 2*time.Minute, bystander)
 	limit, ws := n.kubepodsMemory(t)
 	threshold := limit - ws - reclaimDeltaMiB<<20
 	t.Logf("kubepods.slice: memory.max %d MiB, working set %d MiB: allocatableMemory.available threshold %d MiB (crossed when the pods use %d MiB more)",
@@ -79,7 +85,9 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	// The kubelet alone, its threshold the scenario's. evictiond's configuration in force (the
 	// chart's or the scenarios') has memoryReclaim off and its thresholds gigabytes away.
 	n.setKubeletEviction(t, map[string]string{"allocatableMemory.available": strconv.FormatInt(threshold>>20, 10) + "Mi"})
-	kubeletOnly := n.reclaimEpisode(t, "v2-reclaim-kubelet", "kubelet only", 40*time.Second)
+	t.Logf("%v: the kubelet restarted with the scenario's threshold", time.Since(start).Round(time.Second))
+	kubeletOnly := n.reclaimEpisode(t, "v2-reclaim-kubelet", "kubelet only", 30*time.Second, bystander)
+	t.Logf("%v: the kubelet-alone run done", time.Since(start).Round(time.Second))
 
 	// evictiond with reclaim before evict; the kubelet back at its 100Mi backstop (its restart
 	// also refreshes evictiond's ConfigMap volume).
@@ -88,7 +96,9 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	reloaded := startConfig(t, n, reclaimConfig(threshold))
 	n.setKubeletEviction(t, nil)
 	reloaded()
-	withReclaim := n.reclaimEpisode(t, "v2-reclaim-evictiond", "evictiond + memoryReclaim", 15*time.Second)
+	t.Logf("%v: the kubelet restored, evictiond reloaded", time.Since(start).Round(time.Second))
+	withReclaim := n.reclaimEpisode(t, "v2-reclaim-evictiond", "evictiond + memoryReclaim", 10*time.Second, bystander)
+	t.Logf("%v: the evictiond run done", time.Since(start).Round(time.Second))
 	setConfig(t, n, scenarioConfig)
 
 	t.Logf("\n| setup | evictions | wrong victims | OOM kills | reclaimed | reader's active_file |\n|---|---|---|---|---|---|\n%s\n%s",
@@ -107,6 +117,9 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	if withReclaim.reclaimedBytes <= 0 {
 		t.Errorf("evictiond reclaimed nothing from the reader")
 	}
+	if asked := n.events(t, "v2-reclaim", "MemoryReclaimed"); len(asked) > 0 {
+		t.Errorf("memory reclaimed from the Guaranteed bystander: %s", describeEvents(asked))
+	}
 	if withReclaim.oomKills != 0 {
 		t.Errorf("%d OOM kills with evictiond, want 0", withReclaim.oomKills)
 	}
@@ -121,9 +134,9 @@ func (r reclaimOutcome) row() string {
 }
 
 // reclaimEpisode plays the scenario once in namespace ns and says what happened; it
-// watches until the leak has had time to reach its size and then for watch more (or
-// until the reader is gone).
-func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duration) reclaimOutcome {
+// watches until the leak has reached its size and then for watch more (or until the
+// reader is gone).
+func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duration, bystander *corev1.Pod) reclaimOutcome {
 	t.Helper()
 	out := reclaimOutcome{setup: setup}
 	createNamespace(t, n, ns)
@@ -132,9 +145,11 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 		[]string{"-dir=/scratch", "-rate-mib=96", fmt.Sprintf("-target-mib=%d", reclaimCacheMiB), "-read-passes=2"}, resources("memory", "16Mi"), nil))
 	reader.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
 	reader.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	bystander := guaranteedBystander(ns)
-	n.startPods(t, 2*time.Minute, bystander, reader)
+	started := time.Now()
+	n.startPods(t, 2*time.Minute, reader)
+	ready := time.Since(started)
 	readerPod := n.waitPodLog(t, ns, "cache-reader", "diskfill", "holding", 2*time.Minute)
+	t.Logf("%s: the reader Ready after %v, holding its page cache after %v", setup, ready.Round(time.Second), time.Since(started).Round(time.Second))
 	out.readerActive = n.podMemoryStat(t, readerPod, "active_file")
 	t.Logf("%s: the reader holds %d MiB of page cache, %d MiB active", setup, n.podMemoryStat(t, readerPod, "file")>>20, out.readerActive>>20)
 	if out.readerActive < reclaimCacheMiB<<20/2 {
@@ -143,14 +158,15 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 	}
 
 	oomBefore := n.oomKills(t)
-	started := time.Now()
 	n.createPod(t, podOnNode(ns, "leak", workloadContainer("memhog", "memhog",
 		[]string{fmt.Sprintf("-rate-mib=%d", reclaimLeakRate), fmt.Sprintf("-target-mib=%d", reclaimLeakMiB)}, resources("memory", "16Mi"), nil)))
-	// The leak reaches its size in ~21 s; the kubelet acts on its 10 s housekeeping.
-	deadline := time.Duration(reclaimLeakMiB/reclaimLeakRate)*time.Second + watch
-	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, deadline, false, func(ctx context.Context) (bool, error) {
+	// The leak at its size (under TCG its ramp takes 20-60 s), then watch more: the kubelet
+	// acts on its 10 s housekeeping; the watch ends early once the reader is gone.
+	n.waitPodLog(t, ns, "leak", "memhog", fmt.Sprintf("allocated=%dMiB", reclaimLeakMiB), 3*time.Minute)
+	t.Logf("%s: the leak at its size %v after the episode began", setup, time.Since(started).Round(time.Second))
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, watch, true, func(ctx context.Context) (bool, error) {
 		p, err := n.client.CoreV1().Pods(ns).Get(ctx, "cache-reader", metav1.GetOptions{})
-		return apierrors.IsNotFound(err) || err == nil && (podFinished(p) || p.DeletionTimestamp != nil) && time.Since(started) > 20*time.Second, nil
+		return apierrors.IsNotFound(err) || err == nil && (podFinished(p) || p.DeletionTimestamp != nil), nil
 	})
 	time.Sleep(5 * time.Second) // a second eviction in the same episode
 	out.oomKills = n.oomKills(t) - oomBefore
