@@ -99,3 +99,28 @@ func BenchmarkMemoryReclaimExtraReads(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkObservePodPressure is what podPressure adds to every pass on
+// cgroup v2: each pod's memory.pressure, memory.current and memory.max (the
+// fixture's three pods), against the same pass without it in
+// BenchmarkObserveFixturePods's figure.
+func BenchmarkObservePodPressure(b *testing.B) {
+	m, err := New(Config{HostRoot: "testdata/v2-systemd", CgroupDriver: CgroupDriverSystemd, DisableCAdvisor: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cgs := make([]string, 0, len(fixturePods))
+	for _, p := range fixturePods {
+		cg, err := m.locatePod(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cgs = append(cgs, cg)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, cg := range cgs {
+			m.readPodPressure(cg)
+		}
+	}
+}
