@@ -202,29 +202,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 	oomBefore := n.oomKills(t)
 	hog := n.createPod(t, podOnNode(ns, "hog", workloadContainer("memhog", "memhog", []string{"-rate-mib=100"}, resources("memory", "64Mi"), nil)))
 	// The Node's own condition and taint, sampled while the episode runs.
-	var sawCondition, sawTaint bool
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
-				sawCondition = true
-			}
-			if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
-				sawTaint = true
-			}
-		}
-	}()
+	sampled := n.sampleMemoryPressure(250 * time.Millisecond)
 	last := n.waitPodGone(t, ns, "hog", hog.UID, 4*time.Minute)
 	lifetime := time.Since(hog.CreationTimestamp.Time)
 	oom := n.oomKills(t) - oomBefore
@@ -255,8 +233,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 		c := nodeCondition(no, kube.ConditionMemoryPressure)
 		return c != nil && c.Status == corev1.ConditionFalse && !nodeHasTaint(no, kube.TaintKeyMemoryPressure), nil
 	})
-	close(stop)
-	<-sampled
+	sawCondition, sawTaint := sampled()
 	if !sawCondition || !sawTaint {
 		t.Errorf("during the episode: %s=True seen %v, taint %s seen %v; want both", kube.ConditionMemoryPressure, sawCondition, kube.TaintKeyMemoryPressure, sawTaint)
 	}
@@ -356,6 +333,39 @@ func testBrake(t *testing.T, n *node) {
 	next := n.createPod(t, podOnNode(ns, "next", workloadContainer("idle", "idle", nil, resources("memory", "16Mi"), nil)))
 	n.waitPod(t, ns, next.Name, 2*time.Minute, "Ready after the brake", podReady)
 	_ = n.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+}
+
+// sampleMemoryPressure samples the Node's EvictiondMemoryPressure condition and taint every
+// period until the returned func is called; it says whether each was seen.
+func (n *node) sampleMemoryPressure(period time.Duration) (stop func() (condition, taint bool)) {
+	var sawCondition, sawTaint bool
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(period):
+			}
+			no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
+				sawCondition = true
+			}
+			if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
+				sawTaint = true
+			}
+		}
+	}()
+	return func() (bool, bool) {
+		close(done)
+		<-sampled
+		return sawCondition, sawTaint
+	}
 }
 
 func nodeCondition(no *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {

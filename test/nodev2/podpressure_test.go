@@ -3,12 +3,10 @@
 package nodev2
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/evictiond/evictiond/internal/kube"
 )
@@ -50,32 +48,14 @@ func testSelfInflictedPressure(t *testing.T, n *node) {
 	oomBefore := n.oomKills(t)
 	n.createPod(t, thrasher)
 
-	// Sample the Node's own condition while the pod thrashes.
-	var sawCondition bool
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
-			if no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{}); err == nil {
-				if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
-					sawCondition = true
-				}
-			}
-		}
-	}()
+	// The Node's own condition, sampled while the pod thrashes.
+	sampled := n.sampleMemoryPressure(time.Second)
 	reported := n.waitEvents(t, ns, "SelfInflictedMemoryPressure", 3*time.Minute)
 	pressure := n.sh(t, "cat /proc/pressure/memory /sys/fs/cgroup/kubepods.slice/memory.pressure; "+
 		"cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod*/memory.pressure")
 	// The soft threshold's grace is 10 s: watch well past it.
 	time.Sleep(20 * time.Second)
-	close(stop)
-	<-sampled
+	sawCondition, _ := sampled()
 	t.Logf("PSI while the thrasher runs (node; kubepods; each Burstable pod):\n%s", pressure)
 	if len(reported) == 0 {
 		t.Fatalf("no SelfInflictedMemoryPressure Event in %s within 3 minutes\n--- evictiond ---\n%s", ns, n.evictiondLog(t, 40))
