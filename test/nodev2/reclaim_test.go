@@ -26,7 +26,7 @@ import (
 const (
 	reclaimCacheMiB  = 128
 	reclaimLeakMiB   = 96
-	reclaimLeakRate  = 8
+	reclaimLeakRate  = 16
 	reclaimDeltaMiB  = 180
 	reclaimMarginMiB = 24
 )
@@ -168,7 +168,6 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 		p, err := n.client.CoreV1().Pods(ns).Get(ctx, "cache-reader", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && (podFinished(p) || p.DeletionTimestamp != nil), nil
 	})
-	time.Sleep(5 * time.Second) // a second eviction in the same episode
 	out.oomKills = n.oomKills(t) - oomBefore
 	for _, e := range n.events(t, ns, "Evicted") {
 		out.evicted = append(out.evicted, e.InvolvedObject.Name+" by "+e.Source.Component)
