@@ -21,8 +21,9 @@ import (
 type PodPressureSettings struct {
 	// Enabled: default true.
 	Enabled *bool `json:"enabled,omitempty"`
-	// Stall: a pod's memory.pressure some avg10 at or above this is high.
-	// Default 20%.
+	// Stall: a pod at its limit whose memory.pressure some avg10 is at or
+	// above this is reported. Default 20%. (A pod at its limit explains a met
+	// node or kubepods PSI threshold whatever its stall.)
 	Stall string `json:"stall,omitempty"`
 	// Margin: a node or kubepods PSI reading no more than this above the
 	// stalled pods' own is theirs alone. Default 5%.
@@ -103,17 +104,21 @@ type PodPressureAssessment struct {
 	Explained map[Signal]string
 }
 
-// AssessPodPressure finds the pods stalled against their own limits (some
-// avg10 at or above podPressure.stall, memory.current at 90% of memory.max
-// or more) while no memory byte threshold of the node is met, and the node
-// and kubepods PSI signals whose stall is within podPressure.margin of
-// theirs. Nil when off or no pod qualifies.
+// AssessPodPressure finds the pods stalled against their own limits
+// (memory.current at 90% of memory.max or more, some avg10 above zero) while
+// no memory byte threshold of the node is met, and the node and kubepods PSI
+// signals with a met threshold whose stall is within podPressure.margin of
+// theirs: those are explained, the pods' own. It reports the pods whose some
+// avg10 is at or above podPressure.stall, and any pod that explains a met
+// threshold whatever its stall (a kubepods threshold lower than
+// podPressure.stall, or the parent's average catching up first, must not
+// count a pod's stall as the node's). Nil when off or nothing to report.
 func AssessPodPressure(cfg *Config, obs Observations, layout FilesystemLayout, pods []*v1.Pod, stats PodStatsByUID) *PodPressureAssessment {
 	pc := cfg.PodPressure
 	if !pc.Enabled || MemoryThresholdMet(cfg, obs, layout) {
 		return nil
 	}
-	var out PodPressureAssessment
+	var stalled []SelfInflicted
 	var maxSome, maxFull [3]int64
 	for _, p := range pods {
 		st, ok := stats[p.UID]
@@ -121,33 +126,41 @@ func AssessPodPressure(cfg *Config, obs Observations, layout FilesystemLayout, p
 			continue
 		}
 		pp := *st.MemoryPressure
-		if pp.Some[0] < pc.Stall || !pp.AtLimit() {
+		if pp.Some[0] <= 0 || !pp.AtLimit() {
 			continue
 		}
 		for i := range 3 {
 			maxSome[i], maxFull[i] = max(maxSome[i], pp.Some[i]), max(maxFull[i], pp.Full[i])
 		}
-		out.Pods = append(out.Pods, SelfInflicted{Pod: p, Pressure: pp,
+		stalled = append(stalled, SelfInflicted{Pod: p, Pressure: pp,
 			Reason: fmt.Sprintf("memory.pressure some avg10 %s (podPressure.stall %s) at %s of its %s limit", psiText(pp.Some[0]), psiText(pc.Stall),
 				fmtBytes(pp.Usage), fmtBytes(pp.Limit))})
 	}
-	if len(out.Pods) == 0 {
+	if len(stalled) == 0 {
 		return nil
 	}
-	out.Explained = map[Signal]string{}
-	for _, sig := range Signals() {
-		full, window, ok := psiLineWindow(sig)
-		o, seen := obs[sig]
-		if !ok || !seen {
-			continue
+	out := PodPressureAssessment{Explained: map[Signal]string{}}
+	for _, t := range ThresholdsFor(cfg.Thresholds, layout) {
+		full, window, ok := psiLineWindow(t.Signal)
+		o, seen := obs[t.Signal]
+		if !ok || !seen || t.quantity(o.Capacity) <= o.Available {
+			continue // not PSI, not read, or not met
 		}
 		pod := maxSome[window]
 		if full {
 			pod = maxFull[window]
 		}
 		if stall := PSIScale - o.Available; stall <= pod+pc.Margin {
-			out.Explained[sig] = fmt.Sprintf("%s stall %s is within %s of the stalled pods' own %s", sig, psiText(stall), psiText(pc.Margin), psiText(pod))
+			out.Explained[t.Signal] = fmt.Sprintf("%s stall %s is within %s of the stalled pods' own %s", t.Signal, psiText(stall), psiText(pc.Margin), psiText(pod))
 		}
+	}
+	for _, s := range stalled {
+		if s.Pressure.Some[0] >= pc.Stall || len(out.Explained) > 0 {
+			out.Pods = append(out.Pods, s)
+		}
+	}
+	if len(out.Pods) == 0 {
+		return nil
 	}
 	return &out
 }

@@ -22,10 +22,12 @@ func TestPodPressureIsOnByDefaultAndRejectsBadPercentages(t *testing.T) {
 }
 
 func TestAssessPodPressureExplainsOnlyTheStallThePodAccountsFor(t *testing.T) {
-	cfg := mustLoad(t, "evictionHard: {memory.available: 100Mi}\nevictionSoft: {allocatableMemory.pressure.some.avg10: 30%}\nevictionSoftGracePeriod: {allocatableMemory.pressure.some.avg10: 10s}\n")
+	cfg := mustLoad(t, "evictionHard: {memory.available: 100Mi}\nevictionSoft: {allocatableMemory.pressure.some.avg10: 30%}\nevictionSoftGracePeriod: {allocatableMemory.pressure.some.avg10: 10s}\npodPressure: {stall: 50%}\n")
 	thrasher, web := newPod("thrasher"), newPod("web")
 	pods := []*v1.Pod{thrasher, web}
-	atLimit := PodMemoryPressure{Some: [3]int64{4500, 2000, 800}, Full: [3]int64{3000, 1000, 300}, Usage: 60 * Mi, Limit: 64 * Mi}
+	at := func(some int64, usage, limit int64) PodMemoryPressure {
+		return PodMemoryPressure{Some: [3]int64{some, some / 2, some / 4}, Full: [3]int64{some / 2, 0, 0}, Usage: usage, Limit: limit}
+	}
 	psi := func(pct float64) Observation { return obsAt(PSIScale-int64(pct*100), PSIScale, t0) }
 	cases := []struct {
 		name          string
@@ -35,12 +37,13 @@ func TestAssessPodPressureExplainsOnlyTheStallThePodAccountsFor(t *testing.T) {
 		wantPods      int
 		wantExplained bool
 	}{
-		{"stalled at its limit, kubepods' stall its own", atLimit, 47, 6 * Gi, 1, true},
-		{"kubepods' stall well above the pod's: node pressure", atLimit, 80, 6 * Gi, 1, false},
-		{"stalled below its limit: not self-inflicted", PodMemoryPressure{Some: atLimit.Some, Full: atLimit.Full, Usage: 20 * Mi, Limit: 64 * Mi}, 47, 6 * Gi, 0, false},
-		{"stalled without a limit", PodMemoryPressure{Some: atLimit.Some, Full: atLimit.Full, Usage: 2 * Gi}, 47, 6 * Gi, 0, false},
-		{"below podPressure.stall", PodMemoryPressure{Some: [3]int64{1000, 0, 0}, Usage: 63 * Mi, Limit: 64 * Mi}, 12, 6 * Gi, 0, false},
-		{"the node short of memory: never explained away", atLimit, 47, 50 * Mi, 0, false},
+		{"at its limit, kubepods' met stall its own: explained and reported below podPressure.stall", at(4500, 60*Mi, 64*Mi), 47, 6 * Gi, 1, true},
+		{"kubepods' stall well above the pod's: node pressure", at(4500, 60*Mi, 64*Mi), 80, 6 * Gi, 0, false},
+		{"above podPressure.stall, no threshold met: reported", at(6000, 60*Mi, 64*Mi), 10, 6 * Gi, 1, false},
+		{"stalled below its limit: not self-inflicted", at(6000, 20*Mi, 64*Mi), 47, 6 * Gi, 0, false},
+		{"stalled without a limit", at(6000, 2*Gi, 0), 47, 6 * Gi, 0, false},
+		{"below podPressure.stall, no threshold met: quiet", at(1000, 63*Mi, 64*Mi), 12, 6 * Gi, 0, false},
+		{"the node short of memory: never explained away", at(6000, 60*Mi, 64*Mi), 47, 50 * Mi, 0, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,8 +62,8 @@ func TestAssessPodPressureExplainsOnlyTheStallThePodAccountsFor(t *testing.T) {
 			explained := false
 			if pa != nil {
 				_, explained = pa.Explained[SignalAllocatableMemoryPSISomeAvg10]
-				if _, full := pa.Explained[SignalAllocatableMemoryPSIFullAvg10]; !full {
-					t.Errorf("kubepods' full avg10 10%% below the pod's own 30%% not explained")
+				if _, full := pa.Explained[SignalAllocatableMemoryPSIFullAvg10]; full {
+					t.Errorf("kubepods' full avg10 explained: it has no threshold")
 				}
 			}
 			if explained != c.wantExplained {
@@ -69,7 +72,7 @@ func TestAssessPodPressureExplainsOnlyTheStallThePodAccountsFor(t *testing.T) {
 		})
 	}
 	cfg.PodPressure.Enabled = false
-	pp := atLimit
+	pp := at(6000, 60*Mi, 64*Mi)
 	if pa := AssessPodPressure(cfg, Observations{SignalAllocatableMemoryPSISomeAvg10: psi(47)}, FilesystemLayout{}, pods, PodStatsByUID{"thrasher": {MemoryPressure: &pp}}); pa != nil {
 		t.Errorf("podPressure off, yet %+v", pa)
 	}

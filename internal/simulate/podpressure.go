@@ -81,7 +81,7 @@ func podPressureResult(pa *policy.PodPressureAssessment) ([]SelfInflictedResult,
 
 func writePodPressureText(w io.Writer, pods []SelfInflictedResult, explained map[string]string) {
 	for _, p := range pods {
-		fmt.Fprintf(w, "  pod stalled against its own limit (reported, not node pressure): %s: %s\n", p.Pod, p.Reason)
+		fmt.Fprintf(w, "  pod stalled against its own limit (reported): %s: %s\n", p.Pod, p.Reason)
 	}
 	sigs := make([]string, 0, len(explained))
 	for s := range explained {
