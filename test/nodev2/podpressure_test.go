@@ -36,7 +36,6 @@ podPressure: {stall: "8%"}
 func testSelfInflictedPressure(t *testing.T, n *node) {
 	ns := "v2-selfpressure"
 	createNamespace(t, n, ns)
-	defer n.deleteNamespace(t, ns)
 	reloaded := startConfig(t, n, selfPressureConfig)
 	bystanders := []*corev1.Pod{
 		guaranteedBystander(ns),
@@ -45,7 +44,7 @@ func testSelfInflictedPressure(t *testing.T, n *node) {
 	n.startPods(t, 2*time.Minute, bystanders...)
 	reloaded()
 	thrasher := podOnNode(ns, "thrasher", workloadContainer("diskfill", "diskfill",
-		[]string{"-dir=/scratch", "-rate-mib=64", "-target-mib=96", "-read-passes=100000"}, resources("memory", "16Mi"), resources("memory", "48Mi")))
+		[]string{"-dir=/scratch", "-rate-mib=200", "-target-mib=96", "-read-passes=100000"}, resources("memory", "16Mi"), resources("memory", "48Mi")))
 	thrasher.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
 	thrasher.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	oomBefore := n.oomKills(t)
@@ -56,8 +55,8 @@ func testSelfInflictedPressure(t *testing.T, n *node) {
 	reported := n.waitEvents(t, ns, "SelfInflictedMemoryPressure", 3*time.Minute)
 	pressure := n.sh(t, "cat /proc/pressure/memory /sys/fs/cgroup/kubepods.slice/memory.pressure; "+
 		"cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod*/memory.pressure")
-	// The soft threshold's grace is 10 s: watch well past it.
-	time.Sleep(20 * time.Second)
+	// The soft threshold's grace is 10 s: watch past it.
+	time.Sleep(12 * time.Second)
 	sawCondition, _ := sampled()
 	t.Logf("PSI while the thrasher runs (node; kubepods; each Burstable pod):\n%s", pressure)
 	if len(reported) == 0 {
@@ -80,5 +79,7 @@ func testSelfInflictedPressure(t *testing.T, n *node) {
 		t.Logf("the kernel OOM-killed %d process(es) meanwhile (the thrasher's limit)", oom)
 	}
 	t.Logf("evictiond:\n%s", grepRegexp(n.evictiondLog(t, 2000), `stalled|threshold met|evict`))
-	setConfig(t, n, scenarioConfig)
+	restored := startConfig(t, n, scenarioConfig)
+	n.deleteNamespace(t, ns)
+	restored()
 }

@@ -74,7 +74,6 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	start := time.Now()
 	// The Guaranteed bystander serves both runs (one pod start less under TCG).
 	createNamespace(t, n, "v2-reclaim")
-	defer n.deleteNamespace(t, "v2-reclaim")
 	bystander := guaranteedBystander("v2-reclaim")
 	n.startPods(t, 2*time.Minute, bystander)
 	limit, ws := n.kubepodsMemory(t)
@@ -99,7 +98,12 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	t.Logf("%v: the kubelet restored, evictiond reloaded", time.Since(start).Round(time.Second))
 	withReclaim := n.reclaimEpisode(t, "v2-reclaim-evictiond", "evictiond + memoryReclaim", 10*time.Second, bystander)
 	t.Logf("%v: the evictiond run done", time.Since(start).Round(time.Second))
-	setConfig(t, n, scenarioConfig)
+	if asked := n.events(t, "v2-reclaim", "MemoryReclaimed"); len(asked) > 0 {
+		t.Errorf("memory reclaimed from the Guaranteed bystander: %s", describeEvents(asked))
+	}
+	restored := startConfig(t, n, scenarioConfig)
+	n.deleteNamespace(t, "v2-reclaim")
+	restored()
 
 	t.Logf("\n| setup | evictions | wrong victims | OOM kills | reclaimed | reader's active_file |\n|---|---|---|---|---|---|\n%s\n%s",
 		kubeletOnly.row(), withReclaim.row())
@@ -116,9 +120,6 @@ func testReclaimBeforeEvict(t *testing.T, n *node) {
 	}
 	if withReclaim.reclaimedBytes <= 0 {
 		t.Errorf("evictiond reclaimed nothing from the reader")
-	}
-	if asked := n.events(t, "v2-reclaim", "MemoryReclaimed"); len(asked) > 0 {
-		t.Errorf("memory reclaimed from the Guaranteed bystander: %s", describeEvents(asked))
 	}
 	if withReclaim.oomKills != 0 {
 		t.Errorf("%d OOM kills with evictiond, want 0", withReclaim.oomKills)
@@ -145,8 +146,13 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 		[]string{"-dir=/scratch", "-rate-mib=96", fmt.Sprintf("-target-mib=%d", reclaimCacheMiB), "-read-passes=2"}, resources("memory", "16Mi"), nil))
 	reader.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
 	reader.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	// The leak starts with the reader (one pod start, not two, under TCG) and ramps once the
+	// reader has had time to write and read its file.
+	leak := podOnNode(ns, "leak", workloadContainer("memhog", "memhog",
+		[]string{fmt.Sprintf("-rate-mib=%d", reclaimLeakRate), fmt.Sprintf("-target-mib=%d", reclaimLeakMiB), "-start-delay=15s"}, resources("memory", "16Mi"), nil))
 	started := time.Now()
-	n.startPods(t, 2*time.Minute, reader)
+	oomBefore := n.oomKills(t)
+	n.startPods(t, 2*time.Minute, reader, leak)
 	ready := time.Since(started)
 	readerPod := n.waitPodLog(t, ns, "cache-reader", "diskfill", "holding", 2*time.Minute)
 	t.Logf("%s: the reader Ready after %v, holding its page cache after %v", setup, ready.Round(time.Second), time.Since(started).Round(time.Second))
@@ -157,9 +163,6 @@ func (n *node) reclaimEpisode(t *testing.T, ns, setup string, watch time.Duratio
 			out.readerActive>>20, reclaimCacheMiB)
 	}
 
-	oomBefore := n.oomKills(t)
-	n.createPod(t, podOnNode(ns, "leak", workloadContainer("memhog", "memhog",
-		[]string{fmt.Sprintf("-rate-mib=%d", reclaimLeakRate), fmt.Sprintf("-target-mib=%d", reclaimLeakMiB)}, resources("memory", "16Mi"), nil)))
 	// The leak at its size (under TCG its ramp takes 20-60 s), then watch more: the kubelet
 	// acts on its 10 s housekeeping; the watch ends early once the reader is gone.
 	n.waitPodLog(t, ns, "leak", "memhog", fmt.Sprintf("allocated=%dMiB", reclaimLeakMiB), 3*time.Minute)
