@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,3 +81,36 @@ func TestPass_MemoryReclaimInDryRunWritesNothing(t *testing.T) {
 		t.Fatalf("dry run: asked %v, report %+v; want the plan and no write", r.asked, rep.MemoryReclaim)
 	}
 }
+
+// A pod stalled against its own limit: one Event per episode, no condition,
+// no eviction of the pod most above its request.
+func TestPass_SelfInflictedPressureIsReportedOnceAndEvictsNobody(t *testing.T) {
+	a, clock, stats, ev, st, rec := newTestAgent(t, "evictionHard: {memory.available: 100Mi, allocatableMemory.pressure.some.avg10: 30%}\n")
+	stalled := &policy.PodMemoryPressure{Some: [3]int64{4500, 2000, 800}, Full: [3]int64{3000, 0, 0}, Usage: 60 << 20, Limit: 64 << 20}
+	stats.pods["calm"] = policy.PodStats{MemoryWorkingSet: i64(60 << 20), MemoryPressure: stalled}
+	stats.obs = policy.Observations{policy.SignalMemoryAvailable: {Available: 6 << 30, Capacity: 8 << 30},
+		policy.SignalAllocatableMemoryPSISomeAvg10: {Available: policy.PSIScale - 4700, Capacity: policy.PSIScale}}
+	for range 3 {
+		a.pass(context.Background(), "test")
+		clock.now = clock.now.Add(time.Second)
+	}
+	if len(ev.calls) != 0 || len(st.last) != 0 {
+		t.Fatalf("one pod's own stall: %d evictions, conditions %v", len(ev.calls), st.last)
+	}
+	n := 0
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; len(e) > 0 && strings.Contains(e, "SelfInflictedMemoryPressure") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d SelfInflictedMemoryPressure Events over 3 passes, want 1", n)
+	}
+	// Its stall gone, the same stall elsewhere is node pressure again.
+	stats.pods["calm"] = policy.PodStats{MemoryWorkingSet: i64(60 << 20)}
+	a.pass(context.Background(), "test")
+	if len(st.last) != 1 || len(ev.calls) != 1 {
+		t.Errorf("the stall no longer explained: conditions %v, %d evictions; want MemoryPressure and one eviction", st.last, len(ev.calls))
+	}
+}
+
