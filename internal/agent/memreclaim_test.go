@@ -113,4 +113,3 @@ func TestPass_SelfInflictedPressureIsReportedOnceAndEvictsNobody(t *testing.T) {
 		t.Errorf("the stall no longer explained: conditions %v, %d evictions; want MemoryPressure and one eviction", st.last, len(ev.calls))
 	}
 }
-
