@@ -70,6 +70,7 @@ func TestNodeV2(t *testing.T) {
 	t.Run("DiskPressureImageGC", func(t *testing.T) { testDiskPressure(t, n) })
 	t.Run("ReclaimBeforeEvict", func(t *testing.T) { testReclaimBeforeEvict(t, n) })
 	t.Run("SelfInflictedPressure", func(t *testing.T) { testSelfInflictedPressure(t, n) })
+	t.Run("HugepagesCountAsUsed", func(t *testing.T) { testHugepages(t, n) })
 }
 
 // testNode checks the node is what users run: systemd as PID 1, cgroup v2 only, containerd
