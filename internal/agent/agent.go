@@ -67,6 +67,12 @@ type Agent struct {
 	// freezer is the brake's hand on pod cgroups; nil: the brake decides
 	// and logs, and freezes nothing.
 	freezer Freezer
+	// memReclaimer and memState: reclaim before evict (memreclaim.go).
+	memReclaimer MemoryReclaimer
+	memState     memoryReclaimState
+	// selfStalled are the pods reported stalled against their own limits
+	// (podpressure.go), reported once per episode.
+	selfStalled map[types.UID]bool
 
 	// stages times the current pass's steps up to the brake, for the
 	// brake's log line (where the milliseconds from the crossing went).
@@ -97,6 +103,8 @@ type Deps struct {
 	Metrics   *metrics.Metrics
 	// Freezer is the brake's (brake.PodFreezer); nil: no pod cgroups to freeze.
 	Freezer Freezer
+	// MemoryReclaimer is reclaim before evict's (memory.reclaim); nil: never.
+	MemoryReclaimer MemoryReclaimer
 }
 
 // New returns an agent deciding with cfg.
@@ -113,7 +121,8 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 	a := &Agent{opts: opts, engine: policy.NewEngine(cfg, opts.Clock, opts.SelfUID),
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
-		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop()}
+		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop(),
+		memReclaimer: deps.MemoryReclaimer, memState: memoryReclaimState{asked: map[types.UID]time.Time{}}}
 	a.resetThresholdGauges()
 	return a
 }
@@ -200,6 +209,12 @@ type Report struct {
 	Observed Observed
 	// Assessment is nil only when Err is set.
 	Assessment *policy.Assessment
+	// MemoryReclaim is reclaim before evict's run, if a memory signal was
+	// near its threshold.
+	MemoryReclaim *MemoryReclaimReport
+	// PodPressure lists the pods stalled against their own memory limits
+	// and the PSI signals they explain, when there are any.
+	PodPressure *policy.PodPressureAssessment
 	// Reclaim is the node-level reclaim run, if any.
 	Reclaim *ReclaimReport
 	// Selection is the victim choice, when a threshold needed an eviction.
@@ -327,8 +342,12 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	pods := activePods(listed)
 	a.stages.listed = time.Now()
 	obs := a.stats.Observe(ctx, pods)
+	rep.MemoryReclaim = a.reclaimMemory(ctx, pods, &obs)
 	a.stages.observed = time.Now()
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}
+	if rep.PodPressure = a.notePodPressure(pods, obs); rep.PodPressure != nil {
+		in.Explained = rep.PodPressure.Explained
+	}
 
 	fast := a.recordFastReadings()
 	assessment := a.engine.Assess(in)

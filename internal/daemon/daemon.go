@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if err != nil {
 		return d, err
 	}
-	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node,
+	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node, MemoryReclaimer: deps.Node,
 		Recorder: d.deps.Recorder, Metrics: deps.Metrics}
 	if d.Status != nil {
 		ad.Status = d.Status

@@ -24,6 +24,8 @@ type Node interface {
 	OnBrakeExpired(func(brake.Hold, error))
 	// Reclaimer: node-level reclaim (container GC, pod logs, image GC).
 	agent.Reclaimer
+	// MemoryReclaimer: reclaim before evict (a pod cgroup's memory.reclaim).
+	agent.MemoryReclaimer
 	// LocalPodStopper: the evictor's stop through the CRI while the API
 	// server is unreachable; a pod the brake holds is killed first.
 	kube.LocalPodStopper

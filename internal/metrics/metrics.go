@@ -20,13 +20,20 @@ type Metrics struct {
 	ThresholdMet    *prometheus.GaugeVec
 	NodeCondition   *prometheus.GaugeVec
 
-	Evictions      *prometheus.CounterVec
-	ReclaimBytes   *prometheus.CounterVec
-	ReclaimRuns    *prometheus.CounterVec
-	LoopWakeups    *prometheus.CounterVec
-	PassDuration   prometheus.Histogram
-	StatsAge       *prometheus.HistogramVec
-	ObservationErr *prometheus.CounterVec
+	Evictions    *prometheus.CounterVec
+	ReclaimBytes *prometheus.CounterVec
+	ReclaimRuns  *prometheus.CounterVec
+
+	MemoryReclaimBytes            *prometheus.CounterVec
+	MemoryReclaimRequests         *prometheus.CounterVec
+	MemoryReclaimEvictionsAvoided *prometheus.CounterVec
+
+	PodPressureSelfInflicted      prometheus.Gauge
+	PodPressureSelfInflictedTotal prometheus.Counter
+	LoopWakeups                   *prometheus.CounterVec
+	PassDuration                  prometheus.Histogram
+	StatsAge                      *prometheus.HistogramVec
+	ObservationErr                *prometheus.CounterVec
 
 	BrakeTotal            *prometheus.CounterVec
 	BrakeCrossingToFrozen *prometheus.HistogramVec
@@ -60,6 +67,16 @@ func New() *Metrics {
 			Help: "Bytes freed by node-level reclaim, measured by statfs before and after, by step."}, []string{"step"}),
 		ReclaimRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reclaim_runs_total",
 			Help: "Node-level reclaim runs by step and result (ok, error, dry_run)."}, []string{"step", "result"}),
+		MemoryReclaimBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "memory_reclaim_bytes_total",
+			Help: "Bytes pods gave back to reclaim before evict (memory.reclaim; each pod's memory.current before less after), by the memory signal that was near its threshold."}, []string{"signal"}),
+		MemoryReclaimRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "memory_reclaim_requests_total",
+			Help: "Writes to pods' memory.reclaim by result (ok, partial: less freed than asked, error, unsupported, dry_run)."}, []string{"result"}),
+		MemoryReclaimEvictionsAvoided: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "memory_reclaim_evictions_avoided_total",
+			Help: "Passes where a hard memory threshold was met before reclaim before evict and none after it, so no pod was evicted, by signal."}, []string{"signal"}),
+		PodPressureSelfInflicted: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "pod_memory_pressure_self_inflicted",
+			Help: "Pods stalled on memory against their own limit now (memory.pressure some avg10 at or above podPressure.stall, at 90% of memory.max or more) while no memory threshold of the node is met."}),
+		PodPressureSelfInflictedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "pod_memory_pressure_self_inflicted_total",
+			Help: "Episodes of a pod stalled on memory against its own limit (each also a SelfInflictedMemoryPressure Event on the pod)."}),
 		LoopWakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_wakeups_total",
 			Help: "Decision loop passes by what woke the loop (ticker, notifier, config)."}, []string{"source"}),
 		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "pass_duration_seconds",
@@ -88,7 +105,7 @@ func New() *Metrics {
 			Help: "Unix time of the last configuration applied."}),
 	}
 	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
-		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
+		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())

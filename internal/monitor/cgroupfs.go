@@ -18,6 +18,10 @@ import (
 type memcgUsage struct {
 	usage        int64
 	inactiveFile int64
+	// file is the page cache (v2 file, v1 total_cache): what reclaim before
+	// evict can ask back; read in the same pass over memory.stat; -1 when
+	// the file lacks the key.
+	file int64
 }
 
 // workingSet is cAdvisor's (nodefs.WorkingSet).
@@ -33,13 +37,13 @@ func (l *cgroupLayout) readMemcgUsage(cgroupPath string) (memcgUsage, error) {
 		if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
 			return u, err
 		}
-		err = nodefs.ReadStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile})
+		err = nodefs.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile}, map[string]*int64{"file": &u.file})
 		return u, err
 	}
 	if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 		return u, err
 	}
-	err = nodefs.ReadStatKeys(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile})
+	err = nodefs.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile}, map[string]*int64{"total_cache": &u.file})
 	return u, err
 }
 

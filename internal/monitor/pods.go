@@ -78,6 +78,9 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 		var errs []string
 		if !withCgroups {
 			ps.Time = time.Now()
+			if cg, err := m.locatePod(pod); err == nil {
+				ps.MemoryPressure = m.readPodPressure(cg)
+			}
 			errs = append(errs, m.addDiskUsage(pod, &ps, logs, false)...)
 			s.Pods[pod.UID] = ps
 			if len(errs) > 0 {
@@ -103,8 +106,12 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			m.metrics.podReadErrors.WithLabelValues("memory").Inc()
 		default:
 			s.PodCgroups[pod.UID] = PodCgroup{Pod: pod, Path: cg}
-			ws := u.workingSet()
+			ps.MemoryPressure = m.readPodPressure(cg)
+			ws, file := u.workingSet(), u.file
 			ps.MemoryWorkingSet = &ws
+			if file >= 0 {
+				ps.MemoryFile = &file
+			}
 			if n, err := m.cgl().countProcesses(cg); err != nil {
 				errs = append(errs, err.Error())
 				m.metrics.podReadErrors.WithLabelValues("processes").Inc()

@@ -43,8 +43,15 @@ func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
 			return
 		}
 		ws := u.workingSet()
-		b.add(policy.SignalMemoryAvailable, mi.memTotal-ws, mi.memTotal, time.Now(), SourceCgroupWorkingSet,
-			fmt.Sprintf("MemTotal %d - root working set %d (usage %d - inactive_file %d)", mi.memTotal, ws, u.usage, u.inactiveFile))
+		pool, err := readHugetlbPool(m.cfg.HostRoot)
+		if err != nil {
+			b.miss(policy.SignalMemoryAvailable, err.Error(), true)
+			return
+		}
+		// The hugetlb pools are counted as used: the kubelet's formula leaves them
+		// available (MemTotal includes them, no cgroup's usage does).
+		b.add(policy.SignalMemoryAvailable, mi.memTotal-ws-pool, mi.memTotal, time.Now(), SourceCgroupWorkingSet,
+			fmt.Sprintf("MemTotal %d - root working set %d (usage %d - inactive_file %d) - hugetlb pools %d", mi.memTotal, ws, u.usage, u.inactiveFile, pool))
 	}
 }
 

@@ -48,6 +48,39 @@ func ReadInt64(path string) (int64, error) {
 // ReadStatKeys reads "key value" lines (memory.stat) and fills the values of
 // the wanted keys; a wanted key that is absent is an error naming it.
 func ReadStatKeys(path string, wanted map[string]*int64) error {
+	return ReadStatKeysOptional(path, wanted, nil)
+}
+
+// ReadStatKeysOptional is ReadStatKeys with optional keys too: an absent
+// optional key is left at -1, not an error.
+func ReadStatKeysOptional(path string, wanted, optional map[string]*int64) error {
+	if len(optional) > 0 {
+		all := make(map[string]*int64, len(wanted)+len(optional))
+		for k, v := range wanted {
+			all[k] = v
+		}
+		for k, v := range optional {
+			all[k] = v
+		}
+		if err := readStatKeys(path, all); err != nil && !onlyOptionalMissing(all, optional) {
+			return err
+		}
+		return nil
+	}
+	return readStatKeys(path, wanted)
+}
+
+// onlyOptionalMissing: every key absent (-1) after a read is an optional one.
+func onlyOptionalMissing(all, optional map[string]*int64) bool {
+	for k, dst := range all {
+		if _, opt := optional[k]; *dst < 0 && !opt {
+			return false
+		}
+	}
+	return true
+}
+
+func readStatKeys(path string, wanted map[string]*int64) error {
 	buf := GetBuffer()
 	defer PutBuffer(buf)
 	raw, err := ReadSmallFile(path, *buf)

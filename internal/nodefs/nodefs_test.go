@@ -62,6 +62,19 @@ func TestReadStatKeysNamesAMissingKey(t *testing.T) {
 	}
 }
 
+func TestReadStatKeysOptionalLeavesAnAbsentOptionalKeyAtMinusOne(t *testing.T) {
+	p := write(t, "anon 10\nfile 20\ninactive_file 5\n")
+	var inactive, file, cache int64
+	if err := ReadStatKeysOptional(p, map[string]*int64{"inactive_file": &inactive}, map[string]*int64{"file": &file, "total_cache": &cache}); err != nil ||
+		inactive != 5 || file != 20 || cache != -1 {
+		t.Fatalf("inactive %d file %d total_cache %d err %v, want 5 20 -1 nil", inactive, file, cache, err)
+	}
+	if err := ReadStatKeysOptional(p, map[string]*int64{"total_inactive_file": &inactive}, map[string]*int64{"file": &file}); err == nil ||
+		!strings.Contains(err.Error(), `key "total_inactive_file" not present`) {
+		t.Fatalf("a missing required key with optional ones: %v", err)
+	}
+}
+
 func TestWorkingSetClampsAtZero(t *testing.T) {
 	if got := WorkingSet(100, 30); got != 70 {
 		t.Errorf("WorkingSet(100, 30) = %d", got)

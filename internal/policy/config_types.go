@@ -56,6 +56,11 @@ type EvictionConfiguration struct {
 	NodeStatus NodeStatusSettings `json:"nodeStatus"`
 	Reclaim    ReclaimSettings    `json:"reclaim"`
 	Brake      BrakeSettings      `json:"brake"`
+	// MemoryReclaim: reclaim before evict (cgroup v2 memory.reclaim).
+	MemoryReclaim MemoryReclaimSettings `json:"memoryReclaim"`
+	// PodPressure: a pod stalled against its own memory limit is reported,
+	// not taken for node pressure (cgroup v2).
+	PodPressure PodPressureSettings `json:"podPressure"`
 	// DryRun runs the whole decision path and reports "would evict" / "would
 	// remove" without any write but Events and metrics.
 	DryRun bool `json:"dryRun"`

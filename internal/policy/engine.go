@@ -20,6 +20,9 @@ type Input struct {
 	Pods   []*v1.Pod
 	Stats  PodStatsByUID
 	Layout FilesystemLayout
+	// Explained are PSI signals whose stall is pods' own, stalled against
+	// their own limits (AssessPodPressure): their thresholds are not met.
+	Explained map[Signal]string
 }
 
 // ThresholdStatus is a met threshold with the numbers behind it.
@@ -174,6 +177,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 		notYetResolved := thresholdsMet(e.thresholdsMet, in.Observations, true)
 		met = mergeThresholds(met, notYetResolved)
 	}
+	met = withoutExplained(met, in.Explained)
 	firstObserved := thresholdsFirstObservedAt(met, e.firstObservedAt, now)
 	observedConds := nodeConditions(met)
 	e.conditionsObserved = nodeConditionsLastObservedAt(observedConds, e.conditionsObserved, now)

@@ -182,7 +182,12 @@ type VolumeStats struct {
 // missing first, and so does evictiond.
 type PodStats struct {
 	MemoryWorkingSet *int64
-	Processes        *int64
+	// MemoryFile is the pod's page cache (cgroup v2 memory.stat file, v1
+	// total_cache): what memory.reclaim can take without swap.
+	MemoryFile *int64
+	// MemoryPressure is the pod cgroup's memory.pressure and limit (cgroup v2).
+	MemoryPressure *PodMemoryPressure
+	Processes      *int64
 	// Tasks counts threads too (the pod cgroup's pids.current): what
 	// pid.available measures. PID ranking prefers it to Processes, which a pod
 	// of few processes with thousands of threads would slip past (the

@@ -97,7 +97,13 @@ func (v *Value) UnmarshalJSON(b []byte) error {
 
 // PodStatsIn is a pod's usage.
 type PodStatsIn struct {
-	MemoryWorkingSet Value                       `json:"memoryWorkingSet,omitempty"`
+	MemoryWorkingSet Value `json:"memoryWorkingSet,omitempty"`
+	// MemoryFile is the pod's page cache: what reclaim before evict
+	// (memoryReclaim) can take back.
+	MemoryFile Value `json:"memoryFile,omitempty"`
+	// MemoryPressure is the pod cgroup's memory.pressure and limit
+	// (podPressure: a pod stalled against its own limit).
+	MemoryPressure   *PodPressureIn              `json:"memoryPressure,omitempty"`
 	Processes        *int64                      `json:"processes,omitempty"`
 	Containers       map[string]ContainerStatsIn `json:"containers,omitempty"`
 	Volumes          map[string]Value            `json:"volumes,omitempty"`
@@ -121,16 +127,23 @@ type Result struct {
 
 // StepResult is every decision of one step.
 type StepResult struct {
-	At              string           `json:"at"`
-	ThresholdsMet   []ThresholdMet   `json:"thresholdsMet"`
-	NodeConditions  []string         `json:"nodeConditions"`
-	StarvedResource *string          `json:"starvedResource"`
-	StarvedSignal   *string          `json:"starvedSignal"`
-	NodeReclaim     []ReclaimResult  `json:"nodeReclaim"`
-	Ranking         []string         `json:"ranking"`
-	Excluded        []ExcludedResult `json:"excluded,omitempty"`
-	Eviction        *EvictionResult  `json:"eviction"`
-	Brake           *BrakeResult     `json:"brake,omitempty"`
+	At              string          `json:"at"`
+	ThresholdsMet   []ThresholdMet  `json:"thresholdsMet"`
+	NodeConditions  []string        `json:"nodeConditions"`
+	StarvedResource *string         `json:"starvedResource"`
+	StarvedSignal   *string         `json:"starvedSignal"`
+	NodeReclaim     []ReclaimResult `json:"nodeReclaim"`
+	// MemoryReclaim is reclaim before evict's run, when a memory signal was
+	// within memoryReclaim.margin of its threshold.
+	MemoryReclaim *MemoryReclaimResult `json:"memoryReclaim,omitempty"`
+	// SelfInflicted are pods stalled against their own memory limits, and
+	// Explained the PSI signals whose stall is theirs (not node pressure).
+	SelfInflicted []SelfInflictedResult `json:"selfInflicted,omitempty"`
+	Explained     map[string]string     `json:"explainedPressure,omitempty"`
+	Ranking       []string              `json:"ranking"`
+	Excluded      []ExcludedResult      `json:"excluded,omitempty"`
+	Eviction      *EvictionResult       `json:"eviction"`
+	Brake         *BrakeResult          `json:"brake,omitempty"`
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
@@ -428,6 +441,8 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 		sr.Notes = append(sr.Notes, "pass skipped: "+rep.Err)
 		return sr
 	}
+	sr.MemoryReclaim = memoryReclaimResult(rep.MemoryReclaim)
+	sr.SelfInflicted, sr.Explained = podPressureResult(rep.PodPressure)
 	a := rep.Assessment
 	for _, m := range a.Met {
 		sr.ThresholdsMet = append(sr.ThresholdsMet, thresholdMet(m))
@@ -663,6 +678,12 @@ func parsePodStats(field string, in PodStatsIn, now time.Time) (policy.PodStats,
 	ps := policy.PodStats{Time: now, Processes: in.Processes, Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
 	var err error
 	if ps.MemoryWorkingSet, err = optQuantity(field+".memoryWorkingSet", in.MemoryWorkingSet); err != nil {
+		return ps, err
+	}
+	if ps.MemoryFile, err = optQuantity(field+".memoryFile", in.MemoryFile); err != nil {
+		return ps, err
+	}
+	if ps.MemoryPressure, err = parsePodPressure(field+".memoryPressure", in.MemoryPressure); err != nil {
 		return ps, err
 	}
 	if ps.EphemeralStorageBytes, err = optQuantity(field+".ephemeralStorage", in.EphemeralStorage); err != nil {

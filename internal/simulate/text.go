@@ -11,6 +11,8 @@ import (
 func WriteText(w io.Writer, r *Result) {
 	for _, s := range r.Steps {
 		fmt.Fprintf(w, "t=%s\n", s.At)
+		writeMemoryReclaimText(w, s.MemoryReclaim)
+		writePodPressureText(w, s.SelfInflicted, s.Explained)
 		if len(s.ThresholdsMet) == 0 {
 			fmt.Fprintln(w, "  no threshold met")
 		}

@@ -68,6 +68,9 @@ func TestNodeV2(t *testing.T) {
 	t.Run("BrakeFreezesAndKills", func(t *testing.T) { testBrake(t, n) })
 	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, n) })
 	t.Run("DiskPressureImageGC", func(t *testing.T) { testDiskPressure(t, n) })
+	t.Run("ReclaimBeforeEvict", func(t *testing.T) { testReclaimBeforeEvict(t, n) })
+	t.Run("SelfInflictedPressure", func(t *testing.T) { testSelfInflictedPressure(t, n) })
+	t.Run("HugepagesCountAsUsed", func(t *testing.T) { testHugepages(t, n) })
 }
 
 // testNode checks the node is what users run: systemd as PID 1, cgroup v2 only, containerd
@@ -152,6 +155,13 @@ func installScenarioConfig(t *testing.T, n *node) {
 // it (the kubelet refreshes ConfigMap volumes within its sync period, 10 s here).
 func setConfig(t *testing.T, n *node, config string) {
 	t.Helper()
+	startConfig(t, n, config)()
+}
+
+// startConfig writes config into evictiond's ConfigMap and returns the wait for the agent's
+// reload, for a caller with other work to do meanwhile.
+func startConfig(t *testing.T, n *node, config string) (waitReload func()) {
+	t.Helper()
 	ctx := context.Background()
 	before := strings.Count(n.evictiondLog(t, 100000), "configuration reloaded")
 	cm, err := n.client.CoreV1().ConfigMaps(evictiondNamespace).Get(ctx, evictiondConfigMap, metav1.GetOptions{})
@@ -162,11 +172,14 @@ func setConfig(t *testing.T, n *node, config string) {
 	if _, err := n.client.CoreV1().ConfigMaps(evictiondNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("updating evictiond's ConfigMap: %v", err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return strings.Count(n.evictiondLog(t, 100000), "configuration reloaded") > before, nil
-	})
-	if err != nil {
-		t.Fatalf("evictiond did not reload its configuration within 2 minutes:\n%s", n.evictiondLog(t, 20))
+	return func() {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return strings.Count(n.evictiondLog(t, 100000), "configuration reloaded") > before, nil
+		})
+		if err != nil {
+			t.Fatalf("evictiond did not reload its configuration within 2 minutes:\n%s", n.evictiondLog(t, 20))
+		}
 	}
 }
 
@@ -190,29 +203,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 	oomBefore := n.oomKills(t)
 	hog := n.createPod(t, podOnNode(ns, "hog", workloadContainer("memhog", "memhog", []string{"-rate-mib=100"}, resources("memory", "64Mi"), nil)))
 	// The Node's own condition and taint, sampled while the episode runs.
-	var sawCondition, sawTaint bool
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
-				sawCondition = true
-			}
-			if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
-				sawTaint = true
-			}
-		}
-	}()
+	sampled := n.sampleMemoryPressure(250 * time.Millisecond)
 	last := n.waitPodGone(t, ns, "hog", hog.UID, 4*time.Minute)
 	lifetime := time.Since(hog.CreationTimestamp.Time)
 	oom := n.oomKills(t) - oomBefore
@@ -243,8 +234,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 		c := nodeCondition(no, kube.ConditionMemoryPressure)
 		return c != nil && c.Status == corev1.ConditionFalse && !nodeHasTaint(no, kube.TaintKeyMemoryPressure), nil
 	})
-	close(stop)
-	<-sampled
+	sawCondition, sawTaint := sampled()
 	if !sawCondition || !sawTaint {
 		t.Errorf("during the episode: %s=True seen %v, taint %s seen %v; want both", kube.ConditionMemoryPressure, sawCondition, kube.TaintKeyMemoryPressure, sawTaint)
 	}
@@ -344,6 +334,39 @@ func testBrake(t *testing.T, n *node) {
 	next := n.createPod(t, podOnNode(ns, "next", workloadContainer("idle", "idle", nil, resources("memory", "16Mi"), nil)))
 	n.waitPod(t, ns, next.Name, 2*time.Minute, "Ready after the brake", podReady)
 	_ = n.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+}
+
+// sampleMemoryPressure samples the Node's EvictiondMemoryPressure condition and taint every
+// period until the returned func is called; it says whether each was seen.
+func (n *node) sampleMemoryPressure(period time.Duration) (stop func() (condition, taint bool)) {
+	var sawCondition, sawTaint bool
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(period):
+			}
+			no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
+				sawCondition = true
+			}
+			if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
+				sawTaint = true
+			}
+		}
+	}()
+	return func() (bool, bool) {
+		close(done)
+		<-sampled
+		return sawCondition, sawTaint
+	}
 }
 
 func nodeCondition(no *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {

@@ -3,6 +3,11 @@
 //
 //	diskfill -dir=/scratch -rate-mib=200 -target-mib=2048
 //
+// With -read-passes=N it then reads the file back N times before holding: a
+// page read twice is on the kernel's active list, so the file's page cache
+// counts in the pod's working set (usage - inactive_file) — the page-cache
+// reader of the reclaim-before-evict scenario.
+//
 // Data is written with write(2) and flushed every step, so the filesystem's free space
 // (what statfs and the disk signals see) drops as the file grows, not later.
 package main
@@ -10,6 +15,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -26,6 +32,7 @@ func main() {
 	dir := flag.String("dir", "/scratch", "directory to fill (an emptyDir mount)")
 	rateMiB := flag.Float64("rate-mib", 100, "write rate in MiB per second (> 0)")
 	targetMiB := flag.Int64("target-mib", 1024, "stop writing at this size in MiB and hold (> 0)")
+	readPasses := flag.Int("read-passes", 0, "once written, read the file back this many times, then hold")
 	flag.Parse()
 	if *rateMiB <= 0 || *targetMiB <= 0 {
 		fmt.Fprintf(os.Stderr, "diskfill: -rate-mib=%v -target-mib=%d: both must be above 0\n", *rateMiB, *targetMiB)
@@ -71,7 +78,35 @@ func main() {
 			}
 		}
 	}
+	for pass := 1; pass <= *readPasses; pass++ {
+		n, err := readBack(path, block)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "diskfill: read pass %d: %v\n", pass, err)
+			os.Exit(1)
+		}
+		fmt.Printf("diskfill: read pass %d: %dMiB\n", pass, n/mib)
+	}
 	fmt.Printf("diskfill: holding %dMiB after %s\n", written/mib, time.Since(start).Round(time.Millisecond))
 	sig := <-stop
 	fmt.Printf("diskfill: %v, exiting\n", sig)
+}
+
+// readBack reads the file through once with buf, returning the bytes read.
+func readBack(path string, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var total int64
+	for {
+		n, err := f.Read(buf)
+		total += int64(n)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
