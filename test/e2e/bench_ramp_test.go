@@ -270,15 +270,10 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 // rampRuns is how many episodes each rate gets (BENCH_RAMP_RUNS, default 3).
 var rampRuns = 3
 
-// rampEvictiondConfig is evictiond's configuration for the benchmark: the same hard
-// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), and
-// the brake on or off.
-func rampEvictiondConfig(mode string, brake bool) string {
-	return rampEvictiondConfigWith(mode, brake, "")
-}
-
-// rampEvictiondConfigRT is rampEvictiondConfig with brake.realtime on when realtime (left out
-// otherwise, so that the same setups run against a build without it: the before/after pairs).
+// rampEvictiondConfigRT is evictiond's configuration for the benchmark: the same hard
+// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), the brake
+// on or off, and brake.realtime on when realtime (left out otherwise, so that the same setups
+// run against a build without it: the before/after pairs).
 func rampEvictiondConfigRT(mode string, brake, realtime bool) string {
 	cfg := rampEvictiondConfigWith(mode, brake, "")
 	if !realtime {
@@ -288,7 +283,8 @@ func rampEvictiondConfigRT(mode string, brake, realtime bool) string {
 		fmt.Sprintf("brake: {enabled: %t, realtime: {enabled: true}}", brake), 1)
 }
 
-// rampEvictiondConfigWith is rampEvictiondConfig with extra evictionHard lines.
+// rampEvictiondConfigWith is the configuration without brake.realtime, with extra evictionHard
+// lines.
 func rampEvictiondConfigWith(mode string, brake bool, extraHard string) string {
 	notifier := "notifier: {memcgThresholds: true, psi: {enabled: true}, pollInterval: 100ms}"
 	if mode == "poll" {
