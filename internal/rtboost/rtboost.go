@@ -13,9 +13,17 @@
 // Bounds, so that a real-time evictiond can never starve the node:
 //   - time: a boost lasts Hold past the last request and at most MaxBoost in
 //     a row, then the threads rest in SCHED_OTHER for Rest;
+//   - CPU: while boosted, the process may use MaxCPU of one CPU over each
+//     CPUWindow (60 % of 100 ms); more, and every thread is lowered and the
+//     rest starts (a pass takes 2-17 ms; a spinning goroutine is caught in
+//     one or two windows);
 //   - RLIMIT_RTTIME: a real-time thread that runs RTTimeSoft without blocking
 //     gets SIGXCPU, on which every thread is lowered and the rest starts; at
-//     RTTimeHard the kernel kills the process (the last resort);
+//     RTTimeHard the kernel kills the process (the last resort). The Go
+//     runtime preempts a goroutine every 10 ms and a locked thread then
+//     sleeps for a moment, which restarts the kernel's count: these fire only
+//     when the runtime itself cannot preempt (the CPU bound is the one that
+//     catches a spinning goroutine);
 //   - new threads start in SCHED_OTHER (SCHED_FLAG_RESET_ON_FORK);
 //   - on cgroup v1 with RT group scheduling (CONFIG_RT_GROUP_SCHED), the
 //     kernel itself caps the group's real-time time at its cpu.rt_runtime_us
@@ -47,6 +55,8 @@ const (
 	DefaultRest       = 10 * time.Second
 	DefaultRTTimeSoft = 200 * time.Millisecond
 	DefaultRTTimeHard = 2 * time.Second
+	DefaultMaxCPU     = 0.6
+	DefaultCPUWindow  = 100 * time.Millisecond
 	// DefaultBudget is the real-time time granted per cpu.rt_period_us (1 s by
 	// default) to evictiond's cgroup where RT group scheduling needs it: 5 %
 	// of each CPU.
@@ -63,6 +73,10 @@ type Options struct {
 	Priority               int
 	Hold, MaxBoost, Rest   time.Duration
 	RTTimeSoft, RTTimeHard time.Duration
+	// MaxCPU is the share of one CPU the process may use over each
+	// CPUWindow while boosted.
+	MaxCPU    float64
+	CPUWindow time.Duration
 	// ProcSelf is this process's /proc/self (default /proc/self): its task
 	// directory lists the threads to raise.
 	ProcSelf string
@@ -87,6 +101,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RTTimeHard == 0 {
 		o.RTTimeHard = DefaultRTTimeHard
+	}
+	if o.MaxCPU == 0 {
+		o.MaxCPU = DefaultMaxCPU
+	}
+	if o.CPUWindow == 0 {
+		o.CPUWindow = DefaultCPUWindow
 	}
 	if o.ProcSelf == "" {
 		o.ProcSelf = "/proc/self"
@@ -115,6 +135,7 @@ type Booster struct {
 	stop      chan struct{}
 	unusable  error // SCHED_FIFO refused: logged once, no further tries
 	boosts    int
+	overCPU   int // boosts ended by the CPU bound
 }
 
 // New returns a disabled Booster; Enable turns it on.
@@ -204,11 +225,56 @@ func (b *Booster) Hold() {
 	}
 	b.raised, b.since = true, now
 	b.boosts++
+	go b.watchCPU(b.boosts)
 	if b.timer == nil {
 		b.timer = time.AfterFunc(b.opts.Hold, b.expire)
 	} else {
 		b.timer.Reset(b.opts.Hold)
 	}
+}
+
+// watchCPU ends boost number n when the process uses more than MaxCPU of a
+// CPU over a CPUWindow.
+func (b *Booster) watchCPU(n int) {
+	ticker := time.NewTicker(b.opts.CPUWindow)
+	defer ticker.Stop()
+	last, err := processCPU()
+	if err != nil {
+		return
+	}
+	budget := time.Duration(b.opts.MaxCPU * float64(b.opts.CPUWindow))
+	for range ticker.C {
+		now, err := processCPU()
+		if err != nil {
+			return
+		}
+		used := now - last
+		last = now
+		b.mu.Lock()
+		if !b.raised || b.boosts != n {
+			b.mu.Unlock()
+			return
+		}
+		if used > budget {
+			b.overCPU++
+			b.log.Warn("realtime boost: the agent used more CPU than its bound while boosted; lowered to SCHED_OTHER for the rest period",
+				"used", used, "window", b.opts.CPUWindow, "bound", budget, "rest", b.opts.Rest)
+			b.lowerLocked("cpu")
+			b.restUntil = time.Now().Add(b.opts.Rest)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+}
+
+// processCPU is the CPU time every thread of the process used so far.
+func processCPU() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		return 0, err
+	}
+	return time.Duration(ts.Nano()), nil
 }
 
 // expire lowers the threads once Hold passed since the last request.
