@@ -58,9 +58,12 @@ const (
 	DefaultMaxCPU     = 0.6
 	DefaultCPUWindow  = 100 * time.Millisecond
 	// DefaultBudget is the real-time time granted per cpu.rt_period_us (1 s by
-	// default) to evictiond's cgroup where RT group scheduling needs it: 5 %
-	// of each CPU.
-	DefaultBudget = 50 * time.Millisecond
+	// default) to evictiond's cgroup where RT group scheduling needs it: 20 %
+	// of each CPU. Past it the kernel stops the group's real-time threads for
+	// the rest of the period, a stall worse than no boost: it must stay above
+	// what the CPU bound lets through before it lowers the threads (60 % of a
+	// CPU for one 100 ms window: 60 ms).
+	DefaultBudget = 200 * time.Millisecond
 	// rescanEvery: while boosted, threads the runtime started since the last
 	// scan are raised at the next Hold at most this often.
 	rescanEvery = 100 * time.Millisecond
