@@ -30,7 +30,9 @@ test-e2e: k8s-binaries containerd-binaries e2e-deps e2e-prometheus helm
 # without the brake, poll-only) on the same node, BENCH_RAMP_RUNS runs per rate; prints a
 # markdown table with the median and worst latencies (also written to $(BENCH_RAMP_OUT)).
 # See docs/benchmarks.md. BENCH_RAMP_SETUPS picks setups (notifier, brake, brake-memcg-off,
-# memcg-off, poll, kubelet-only; the fork bomb vs pid.available: bomb-kubelet-only, bomb,
+# memcg-off, poll, kubelet-only; the busy node, CPU-bound burner pods beside the hog, without
+# and with brake.realtime: brake-busy[-rt], brake-memcg-off-busy[-rt], brake-backstop-busy[-rt];
+# the fork bomb vs pid.available: bomb-kubelet-only, bomb,
 # bomb-brake; the disk filler vs nodefs.available: disk-kubelet-only, disk, disk-brake),
 # BENCH_RAMP_RATES rates (100, 400, 1000, 4000, max).
 BENCH_RAMP_OUT    ?= bin/bench-ramp.md

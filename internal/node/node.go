@@ -25,6 +25,7 @@ import (
 	"github.com/evictiond/evictiond/internal/notify"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/reclaim"
+	"github.com/evictiond/evictiond/internal/rtboost"
 )
 
 // Options build a node.
@@ -51,6 +52,8 @@ type Node struct {
 	notifier      *notify.Manager
 	notifyMetrics *notify.Metrics
 	waker         *notify.Waker
+	rt            *rtboost.Booster
+	rtGranted     bool
 	kubepods      string
 	cleanups      []func()
 }
@@ -114,6 +117,9 @@ func Open(ctx context.Context, cfg *policy.Config, opts Options) (n *Node, err e
 	n.Stats = Stats{M: mon, Recent: NewRecentReadings(recentReadings)}
 	n.freezer = brake.NewPodFreezer(mon.PodCgroup)
 
+	n.rt = rtboost.New(rtboost.Options{Logger: log.With("component", "rtboost")})
+	n.applyRealtime(cfg)
+	n.cleanups = append(n.cleanups, func() { _ = n.rt.Enable(false) })
 	n.waker = notify.NewWaker()
 	n.notifyMetrics = notify.NewMetrics()
 	opts.Metrics.Registry.MustRegister(n.notifyMetrics.Collectors()...)
@@ -144,6 +150,7 @@ func (n *Node) Close() {
 // path's thresholds. What only a restart applies is named by the daemon.
 func (n *Node) Reconfigure(c *policy.Config) {
 	n.reclaimer.SetDryRun(c.DryRun)
+	n.applyRealtime(c)
 	if err := n.notifier.Reconfigure(n.notifyOptions(c)); err != nil {
 		n.log.Error("fast path not reconfigured", "err", err)
 	}
@@ -204,5 +211,31 @@ func (n *Node) notifyOptions(c *policy.Config) notify.Options {
 	opts.KubepodsCgroup = n.kubepods
 	opts.ReadMemory = func() (policy.Observations, error) { return n.ObserveFast(), nil }
 	opts.Logger, opts.Metrics = n.log, n.notifyMetrics // notify adds its component
+	opts.Urgent = n.rt.Hold
 	return opts
+}
+
+// applyRealtime turns the realtime boost on or off (brake.realtime.enabled,
+// only with the brake). On cgroup v1 with RT group scheduling it first gives
+// evictiond's cpu cgroup its real-time budget (rtboost.Grant), once.
+func (n *Node) applyRealtime(c *policy.Config) {
+	on := c.Brake.Enabled && c.Brake.Realtime
+	if on && !n.rtGranted {
+		root := filepath.Join(n.paths.HostRoot, "/sys/fs/cgroup/cpu")
+		own, err := rtboost.OwnCPUCgroup("/proc/self")
+		if err == nil && own != "" {
+			var wrote []string
+			wrote, err = rtboost.Grant(root, filepath.Join(root, own), rtboost.DefaultBudget)
+			if len(wrote) > 0 {
+				n.log.Info("realtime boost: real-time budget granted to evictiond's cgroup (RT group scheduling)", "wrote", strings.Join(wrote, " "))
+			}
+		}
+		if err != nil {
+			n.log.Warn("realtime boost: no real-time budget for evictiond's cgroup; SCHED_FIFO will likely be refused", "err", err)
+		}
+		n.rtGranted = true
+	}
+	if err := n.rt.Enable(on); err != nil {
+		n.log.Warn("realtime boost off", "err", err)
+	}
 }

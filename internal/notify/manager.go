@@ -209,6 +209,9 @@ func (m *Manager) deliver(src Source, target string) {
 	}
 	m.mu.Unlock()
 	m.metrics.wake(src)
+	if src == SourceMemcg && m.opts.Urgent != nil {
+		m.opts.Urgent() // before the wake: the loop's pass runs boosted
+	}
 	m.waker.Wake(src)
 }
 
@@ -395,7 +398,7 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 		}
 		return nil, err.Error()
 	}
-	crossed := false
+	crossed, urgent := false, false
 	for _, t := range m.currentThresholds() {
 		o, ok := obs[t.Signal]
 		if !ok {
@@ -407,6 +410,16 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 			crossed = true
 		}
 		met[key] = now
+		if t.Hard && !urgent {
+			rate := float64(m.opts.PollRampRate)
+			if t.Signal == policy.SignalPIDAvailable {
+				rate = PollPIDRampRate
+			}
+			urgent = float64(o.Available-t.resolve(o.Capacity)) < rate*m.current().PollInterval.Seconds()
+		}
+	}
+	if urgent && m.opts.Urgent != nil {
+		m.opts.Urgent()
 	}
 	if crossed {
 		m.deliver(SourcePoll, pollTarget)

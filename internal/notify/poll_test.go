@@ -204,3 +204,49 @@ func TestPollWatchesNodeFsAvailable(t *testing.T) {
 		}
 	}
 }
+
+// TestPollAsksForUrgencyNearAHardThreshold: the poll calls Urgent (the realtime boost) when a
+// hard threshold is met or nearer than a PollInterval of a ramp at PollRampRate, and not for a
+// soft one or far from every threshold.
+func TestPollAsksForUrgencyNearAHardThreshold(t *testing.T) {
+	const mi = 1 << 20
+	var next policy.Observations
+	urgent := 0
+	m, err := New(Options{
+		Thresholds: []Threshold{
+			{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 500 * mi},
+			{Signal: policy.SignalMemoryAvailable, Hard: false, Available: 900 * mi},
+		},
+		PollInterval: 100 * time.Millisecond, PollRampRate: 1 << 30, // 102.4 MiB of ramp per PollInterval
+		ReadMemory: func() (policy.Observations, error) { return next, nil },
+		Urgent:     func() { urgent++ },
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, NewWaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name       string
+		node, pods int64
+		want       bool
+	}{
+		{"far from both", 2000 * mi, 800 * mi, false},
+		{"soft threshold met, hard far", 800 * mi, 800 * mi, false},
+		{"hard 105 MiB away", 2000 * mi, 605 * mi, false},
+		{"hard 99 MiB away", 2000 * mi, 599 * mi, true},
+		{"hard met", 2000 * mi, 400 * mi, true},
+	}
+	met := map[string]bool{}
+	for _, s := range steps {
+		now := time.Now()
+		next = policy.Observations{
+			policy.SignalMemoryAvailable:            {Available: s.node, Capacity: 4000 * mi, Time: now},
+			policy.SignalAllocatableMemoryAvailable: {Available: s.pods, Capacity: 3000 * mi, Time: now},
+		}
+		urgent = 0
+		m.pollOnce(met, "")
+		if (urgent > 0) != s.want {
+			t.Errorf("%s: Urgent called %d times, want called=%v", s.name, urgent, s.want)
+		}
+	}
+}

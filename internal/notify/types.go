@@ -188,6 +188,12 @@ type Options struct {
 	// ReadMemory feeds the poll. Without it the poll cannot run, and a
 	// notifier that fails leaves only the loop's ticker.
 	ReadMemory MemoryReader
+	// Urgent, when set, is called whenever the brake may have to act within
+	// the next second: a memcg threshold event, and every poll read that
+	// finds a hard threshold met or within a PollInterval of a ramp at
+	// PollRampRate (100 MiB at the defaults). The realtime boost
+	// (internal/rtboost) hangs here. It must not block.
+	Urgent func()
 
 	Logger  *slog.Logger
 	Metrics *Metrics

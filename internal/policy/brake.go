@@ -58,6 +58,9 @@ type BrakeConfig struct {
 	// SampleInterval is how soon the agent reads again when the rate it has
 	// spans too long a time to be trusted.
 	SampleInterval time.Duration
+	// Realtime: the agent's threads run SCHED_FIFO near and at a hard
+	// threshold (brake.realtime.enabled).
+	Realtime bool
 }
 
 // BrakeDecision is the brake's verdict on one pass's starved threshold.

@@ -17,6 +17,9 @@ func (c *compiler) brake(raw BrakeSettings, apiDown APIUnreachableConfig) BrakeC
 		SampleInterval:      c.duration("brake.sampleInterval", raw.SampleInterval, DefaultBrakeSampleInterval, time.Millisecond, 500*time.Millisecond),
 		SafetyFactor:        DefaultBrakeSafetyFactor,
 	}
+	if raw.Realtime != nil {
+		b.Realtime = boolOr(raw.Realtime.Enabled, false)
+	}
 	if raw.EvictionPath != "" && raw.EvictionPath != BrakeEvictionPathMeasured {
 		if _, err := time.ParseDuration(raw.EvictionPath); err != nil {
 			c.fail("brake.evictionPath", "", raw.EvictionPath, `must be "`+BrakeEvictionPathMeasured+`" or a duration like 1500ms`)
@@ -46,5 +49,6 @@ func normalizeBrake(b BrakeConfig) BrakeSettings {
 		path = b.EvictionPath.String()
 	}
 	return BrakeSettings{Enabled: ptr(b.Enabled), EvictionPath: path, InitialEvictionPath: b.InitialEvictionPath.String(),
-		SafetyFactor: ptr(b.SafetyFactor), MaxFreeze: b.MaxFreeze.String(), SampleInterval: b.SampleInterval.String()}
+		SafetyFactor: ptr(b.SafetyFactor), MaxFreeze: b.MaxFreeze.String(), SampleInterval: b.SampleInterval.String(),
+		Realtime: &BrakeRealtimeSettings{Enabled: ptr(b.Realtime)}}
 }

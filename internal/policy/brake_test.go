@@ -305,8 +305,11 @@ func TestCompile_BrakeSection(t *testing.T) {
 	if n := cfg.Normalized.Brake; n.EvictionPath != "measured" || *n.Enabled != true || n.MaxFreeze != "15s" {
 		t.Errorf("normalized = %+v", n)
 	}
-	cfg = mustLoad(t, "brake: {enabled: false, evictionPath: 1500ms, safetyFactor: 3, maxFreeze: 1m, sampleInterval: 5ms, initialEvictionPath: 4s}\n")
-	want = BrakeConfig{Enabled: false, EvictionPath: 1500 * time.Millisecond, InitialEvictionPath: 4 * time.Second, SafetyFactor: 3, MaxFreeze: time.Minute, SampleInterval: 5 * time.Millisecond}
+	if r := cfg.Normalized.Brake.Realtime; r == nil || *r.Enabled {
+		t.Errorf("normalized realtime = %+v, want enabled: false", r)
+	}
+	cfg = mustLoad(t, "brake: {enabled: false, evictionPath: 1500ms, safetyFactor: 3, maxFreeze: 1m, sampleInterval: 5ms, initialEvictionPath: 4s, realtime: {enabled: true}}\n")
+	want = BrakeConfig{Enabled: false, EvictionPath: 1500 * time.Millisecond, InitialEvictionPath: 4 * time.Second, SafetyFactor: 3, MaxFreeze: time.Minute, SampleInterval: 5 * time.Millisecond, Realtime: true}
 	if cfg.Brake != want {
 		t.Errorf("set = %+v, want %+v", cfg.Brake, want)
 	}

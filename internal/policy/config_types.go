@@ -288,6 +288,16 @@ type BrakeSettings struct {
 	// noise, 50 MiB/s over 10 ms).
 	// Default 10ms.
 	SampleInterval string `json:"sampleInterval,omitempty"`
+	// Realtime raises the agent's threads to SCHED_FIFO near and at a hard
+	// threshold, so the brake's reaction does not wait behind CPU-bound pods
+	// (internal/rtboost; needs CAP_SYS_NICE).
+	Realtime *BrakeRealtimeSettings `json:"realtime,omitempty"`
+}
+
+// BrakeRealtimeSettings is brake.realtime.
+type BrakeRealtimeSettings struct {
+	// Enabled: default false.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // SignalMap is a signal -> value map. In YAML it is either a mapping

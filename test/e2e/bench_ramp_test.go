@@ -54,6 +54,12 @@ type rampSetup struct {
 	// when not the shared rampThreshold: below evictiond's, the kubelet as the
 	// backstop (docs/operations.md).
 	kubeletThreshold int64
+	// burners is how many CPU-bound pods share the node during each episode (the busy node):
+	// Burstable, each with a 400m CPU request and two spinning threads, so that with the hog's
+	// 1-CPU request the hog keeps about a core and evictiond's 100m weighs 5 % of the rest.
+	burners int
+	// realtime turns on brake.realtime (evictiond's threads in SCHED_FIFO near a threshold).
+	realtime bool
 }
 
 // rampSetupsByName are the setups BENCH_RAMP_SETUPS can name.
@@ -66,9 +72,27 @@ var rampSetupsByName = map[string][]rampSetup{
 	"brake-backstop": {{name: "kubelet memcg on at 250Mi (backstop), evictiond notifier + brake at 500Mi", kubeletMemcg: true,
 		evictiondMode: "notifier", brake: true, kubeletThreshold: 250 << 20}},
 	"poll": {{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"}},
+	// The busy node: the same with every CPU taken by burner pods (rampBurners), without and
+	// with brake.realtime.
+	"brake-busy": {{name: "busy node: kubelet memcg on, evictiond notifier + brake", kubeletMemcg: true, evictiondMode: "notifier",
+		brake: true, burners: rampBurners}},
+	"brake-busy-rt": {{name: "busy node: kubelet memcg on, evictiond notifier + brake + realtime", kubeletMemcg: true,
+		evictiondMode: "notifier", brake: true, burners: rampBurners, realtime: true}},
+	"brake-memcg-off-busy": {{name: "busy node: kubelet memcg off, evictiond notifier + brake", evictiondMode: "notifier",
+		brake: true, burners: rampBurners}},
+	"brake-memcg-off-busy-rt": {{name: "busy node: kubelet memcg off, evictiond notifier + brake + realtime",
+		evictiondMode: "notifier", brake: true, burners: rampBurners, realtime: true}},
+	"brake-backstop-busy": {{name: "busy node: kubelet memcg on at 250Mi (backstop), evictiond notifier + brake at 500Mi", kubeletMemcg: true,
+		evictiondMode: "notifier", brake: true, kubeletThreshold: 250 << 20, burners: rampBurners}},
+	"brake-backstop-busy-rt": {{name: "busy node: kubelet memcg on at 250Mi (backstop), evictiond notifier + brake + realtime at 500Mi", kubeletMemcg: true,
+		evictiondMode: "notifier", brake: true, kubeletThreshold: 250 << 20, burners: rampBurners, realtime: true}},
 	"kubelet-only": {{name: "kubelet alone, memcg on", kubeletMemcg: true},
 		{name: "kubelet alone, memcg off", kubeletMemcg: false}},
 }
+
+// rampBurners is how many burner pods the busy setups run: two pods of two spinning threads
+// keep both of this machine's cores runnable twice over beside the hog.
+const rampBurners = 2
 
 // rampResult is one episode's outcome.
 type rampResult struct {
@@ -116,7 +140,7 @@ func TestBenchRamp(t *testing.T) {
 		}
 		s, ok := rampSetupsByName[name]
 		if !ok {
-			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, brake-backstop, memcg-off, poll, kubelet-only, bomb-kubelet-only, bomb, bomb-brake, disk-kubelet-only, disk, disk-brake)", names, name)
+			t.Fatalf("BENCH_RAMP_SETUPS=%q: unknown setup %q (known: notifier, brake, brake-memcg-off, brake-backstop, memcg-off, poll, kubelet-only, brake-busy[-rt], brake-memcg-off-busy[-rt], brake-backstop-busy[-rt], bomb-kubelet-only, bomb, bomb-brake, disk-kubelet-only, disk, disk-brake)", names, name)
 		}
 		setups = append(setups, s...)
 	}
@@ -205,7 +229,11 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 	ctx := context.Background()
 	evictiondUID := ""
 	if setup.evictiondMode != "" {
-		pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: rampEvictiondConfig(setup.evictiondMode, setup.brake)})
+		deploy := cluster.DeployOptions{Config: rampEvictiondConfigRT(setup.evictiondMode, setup.brake, setup.realtime)}
+		if setup.realtime {
+			deploy.AddCapabilities = []corev1.Capability{"SYS_NICE"} // docs/fast-path.md: brake.realtime needs it
+		}
+		pod, err := c.DeployEvictiond(ctx, deploy)
 		if err != nil {
 			t.Fatalf("deploying evictiond: %v", err)
 		}
@@ -242,14 +270,21 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 // rampRuns is how many episodes each rate gets (BENCH_RAMP_RUNS, default 3).
 var rampRuns = 3
 
-// rampEvictiondConfig is evictiond's configuration for the benchmark: the same hard
-// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), and
-// the brake on or off.
-func rampEvictiondConfig(mode string, brake bool) string {
-	return rampEvictiondConfigWith(mode, brake, "")
+// rampEvictiondConfigRT is evictiond's configuration for the benchmark: the same hard
+// threshold as the kubelet's, with the kernel fast path on (notifier) or off (poll), the brake
+// on or off, and brake.realtime on when realtime (left out otherwise, so that the same setups
+// run against a build without it: the before/after pairs).
+func rampEvictiondConfigRT(mode string, brake, realtime bool) string {
+	cfg := rampEvictiondConfigWith(mode, brake, "")
+	if !realtime {
+		return cfg
+	}
+	return strings.Replace(cfg, "brake: {enabled: "+strconv.FormatBool(brake)+"}",
+		fmt.Sprintf("brake: {enabled: %t, realtime: {enabled: true}}", brake), 1)
 }
 
-// rampEvictiondConfigWith is rampEvictiondConfig with extra evictionHard lines.
+// rampEvictiondConfigWith is the configuration without brake.realtime, with extra evictionHard
+// lines.
 func rampEvictiondConfigWith(mode string, brake bool, extraHard string) string {
 	notifier := "notifier: {memcgThresholds: true, psi: {enabled: true}, pollInterval: 100ms}"
 	if mode == "poll" {
@@ -278,6 +313,11 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
 		podOnNode(ns, "burstable-a", workloadContainer("memhog", []string{"-rate-mib=64", "-target-mib=64"}, resources("memory", "128Mi"), nil)),
 		podOnNode(ns, "burstable-b", workloadContainer("memhog", []string{"-rate-mib=64", "-target-mib=64"}, resources("memory", "128Mi"), nil)),
+	}
+	for i := range setup.burners {
+		// Burners are bystanders like the others: an eviction of one is counted.
+		bystanders = append(bystanders, podOnNode(ns, fmt.Sprintf("burner-%d", i+1),
+			workloadContainer("idle", []string{"-burn=2"}, resources("cpu", "400m", "memory", "32Mi"), nil)))
 	}
 	for _, p := range bystanders {
 		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -602,8 +642,8 @@ func fmtLatency(d time.Duration) string {
 // worst of each latency.
 func formatRampReport(results []rampResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → frozen | crossing → frozen, split (medians from the crossing) | crossing → growth stopped | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| setup | rate MiB/s (achieved, median) | runs: who ended the hog | kubelet: crossing → decision | evictiond: crossing → request | crossing → freeze written | crossing → frozen | crossing → frozen, split (medians from the crossing) | crossing → growth stopped | crossing → memory released | %s | OOM kills | peak working set MiB (worst) | evictiond CPU-throttled periods (runs) | evictiond run-queue wait (runs) |\n", bystanderColumns)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct{ setup, rate string }
 	var order []key
 	groups := map[key][]rampResult{}
@@ -636,10 +676,16 @@ func formatRampReport(results []rampResult) string {
 		lat := func(f func(rampResult) time.Duration) string {
 			return latencySummary(rs, f, func(d time.Duration) bool { return d != notActed })
 		}
-		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
+		fmt.Fprintf(&b, "| %s | %s (%.0f) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s |\n", k.setup, k.rate, achieved[len(achieved)/2],
 			strings.Join(killed, "; "),
 			lat(func(r rampResult) time.Duration { return r.kubeletLatency }),
 			lat(func(r rampResult) time.Duration { return r.evictiondLatency }),
+			lat(func(r rampResult) time.Duration {
+				if len(r.freezeSplit) > 3 {
+					return r.freezeSplit[3] // the freeze's write (freezeSplitNames)
+				}
+				return notActed
+			}),
 			lat(func(r rampResult) time.Duration { return r.frozenLatency }),
 			formatFreezeSplit(splits),
 			lat(func(r rampResult) time.Duration { return r.stoppedLatency }),

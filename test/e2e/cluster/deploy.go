@@ -59,6 +59,9 @@ type DeployOptions struct {
 	Helm string
 	// ExtraArgs are added to `evictiond run`'s (overlay only).
 	ExtraArgs []string
+	// AddCapabilities are added to deploy/'s (SYS_NICE for brake.realtime, which the shipped
+	// manifests leave out while it is off by default). Not with Helm.
+	AddCapabilities []corev1.Capability
 }
 
 // DeployEvictiond imports evictiond's image, renders deploy/ through the e2e overlay
@@ -98,7 +101,7 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 		}
 		return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
 	}
-	manifests, err := c.RenderEvictiond(root, opts.Config, opts.ExtraArgs...)
+	manifests, err := c.renderEvictiond(root, opts.Config, opts.AddCapabilities, opts.ExtraArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +219,11 @@ func (c *Cluster) Helm(ctx context.Context, helm string, args ...string) ([]byte
 // /run/containerd: its socket is named containerd.sock there too. config, when set,
 // replaces config.yaml; extraArgs are added to the command line.
 func (c *Cluster) RenderEvictiond(repoRoot, config string, extraArgs ...string) ([]byte, error) {
+	return c.renderEvictiond(repoRoot, config, nil, extraArgs...)
+}
+
+// renderEvictiond is RenderEvictiond with capabilities added to deploy/'s.
+func (c *Cluster) renderEvictiond(repoRoot, config string, addCaps []corev1.Capability, extraArgs ...string) ([]byte, error) {
 	dir := filepath.Join(c.Dir, "overlay-run")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
@@ -276,7 +284,7 @@ patches:
   - path: run-paths.yaml
 `, overlay)
 	files := map[string]string{"kustomization.yaml": kustomization, "run-paths.yaml": patch}
-	capsPatch, err := runtimeCapabilitiesPatch(repoRoot)
+	capsPatch, err := runtimeCapabilitiesPatch(repoRoot, addCaps)
 	if err != nil {
 		return nil, err
 	}
@@ -494,13 +502,14 @@ func runtimeCapabilities(repoRoot string) ([]corev1.Capability, bool, error) {
 	return keep, len(keep) != len(shipped), nil
 }
 
-// runtimeCapabilitiesPatch is runtimeCapabilities as a patch of deploy/'s DaemonSet, or ""
-// when nothing is left out.
-func runtimeCapabilitiesPatch(repoRoot string) (string, error) {
+// runtimeCapabilitiesPatch is runtimeCapabilities plus add as a patch of deploy/'s
+// DaemonSet, or "" when nothing is left out or added.
+func runtimeCapabilitiesPatch(repoRoot string, add []corev1.Capability) (string, error) {
 	keep, reduced, err := runtimeCapabilities(repoRoot)
-	if err != nil || !reduced {
+	if err != nil || !reduced && len(add) == 0 {
 		return "", err
 	}
+	keep = append(keep, add...)
 	patch := map[string]any{
 		"apiVersion": "apps/v1", "kind": "DaemonSet",
 		"metadata": map[string]any{"name": EvictiondDaemonSet, "namespace": EvictiondNamespace},

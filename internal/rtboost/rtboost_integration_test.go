@@ -1,0 +1,229 @@
+//go:build integration
+
+package rtboost
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// These tests change this process's scheduling class on the real kernel (run as root, with
+// CAP_SYS_NICE, from a cgroup that may hold real-time tasks: make test-brake).
+
+func policies(t *testing.T) map[int]unix.SchedAttr {
+	t.Helper()
+	b := New(Options{})
+	tids, err := b.tasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]unix.SchedAttr{}
+	for _, tid := range tids {
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("sched_getattr(%d): %v", tid, err)
+		}
+		out[tid] = *attr
+	}
+	return out
+}
+
+func requireAll(t *testing.T, policy uint32, what string) {
+	t.Helper()
+	ps := policies(t)
+	for tid, a := range ps {
+		if a.Policy != policy {
+			t.Fatalf("%s: thread %d has policy %d, want %d (all %d threads: %v)", what, tid, a.Policy, policy, len(ps), ps)
+		}
+		if policy == unix.SCHED_FIFO && a.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 {
+			t.Fatalf("%s: thread %d is SCHED_FIFO without SCHED_FLAG_RESET_ON_FORK", what, tid)
+		}
+	}
+}
+
+func enabled(t *testing.T, opts Options) *Booster {
+	t.Helper()
+	b := New(opts)
+	if err := b.Enable(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Enable(false) })
+	return b
+}
+
+// The boost raises every thread, sets RLIMIT_RTTIME, forks nothing real-time, ends Hold after
+// the last request, and never lasts more than MaxBoost in a row.
+func TestBoostIsBounded(t *testing.T) {
+	requireAll(t, schedOther, "before any boost")
+	b := enabled(t, Options{Hold: 300 * time.Millisecond, MaxBoost: time.Second, Rest: 700 * time.Millisecond})
+
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_RTTIME, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur != uint64(DefaultRTTimeSoft/time.Microsecond) || lim.Max != uint64(DefaultRTTimeHard/time.Microsecond) {
+		t.Fatalf("RLIMIT_RTTIME = %d/%d µs, want %d/%d", lim.Cur, lim.Max, DefaultRTTimeSoft/time.Microsecond, DefaultRTTimeHard/time.Microsecond)
+	}
+
+	before := policies(t)
+	b.Hold()
+	if raised, _ := b.Boosted(); !raised {
+		t.Fatalf("not boosted after Hold: %v", b.unusable)
+	}
+	// Every thread there at the raise is SCHED_FIFO with reset-on-fork; one the Go runtime
+	// started since (the boost's own goroutines may need one) starts SCHED_OTHER.
+	for tid, a := range policies(t) {
+		_, old := before[tid]
+		switch {
+		case old && (a.Policy != unix.SCHED_FIFO || a.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0):
+			t.Fatalf("boosted: thread %d has policy %d flags %#x, want SCHED_FIFO with SCHED_FLAG_RESET_ON_FORK", tid, a.Policy, a.Flags)
+		case !old && a.Policy != schedOther:
+			t.Fatalf("boosted: thread %d, started after the raise, has policy %d, want SCHED_OTHER", tid, a.Policy)
+		}
+	}
+
+	// A process started while boosted (forked from a real-time thread) is SCHED_OTHER.
+	child := exec.Command("sleep", "5")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	if a, err := unix.SchedGetAttr(child.Process.Pid, 0); err != nil || a.Policy != schedOther {
+		t.Fatalf("child forked while boosted: %+v, %v; want SCHED_OTHER", a, err)
+	}
+
+	// Hold after the last request, it ends.
+	time.Sleep(600 * time.Millisecond)
+	if raised, _ := b.Boosted(); raised {
+		t.Fatal("still boosted 600ms after the last Hold (Hold 300ms)")
+	}
+	requireAll(t, schedOther, "after the hold")
+
+	// Requests without end: lowered at MaxBoost, then no boost for Rest.
+	start := time.Now()
+	for time.Since(start) < 1300*time.Millisecond {
+		b.Hold()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if raised, _ := b.Boosted(); raised {
+		t.Fatal("boosted 1.3s into continuous requests (MaxBoost 1s)")
+	}
+	requireAll(t, schedOther, "resting after MaxBoost")
+	time.Sleep(500 * time.Millisecond) // the rest (700ms from 1s) is over
+	b.Hold()
+	if raised, _ := b.Boosted(); !raised {
+		t.Fatal("not boosted again after the rest")
+	}
+	if err := b.Enable(false); err != nil {
+		t.Fatal(err)
+	}
+	requireAll(t, schedOther, "disabled")
+}
+
+// A goroutine that spins while boosted is caught by the CPU bound within a window or two:
+// every thread is lowered and the rest starts.
+func TestSpinningIsLowered(t *testing.T) {
+	b := enabled(t, Options{Hold: 10 * time.Second, Rest: 10 * time.Second})
+	type result struct {
+		policy uint32
+		took   time.Duration
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		b.Hold() // raises this thread too
+		start := time.Now()
+		a, _ := unix.SchedGetAttr(0, 0)
+		for a.Policy != schedOther && time.Since(start) < 2*time.Second {
+			a, _ = unix.SchedGetAttr(0, 0)
+		}
+		done <- result{a.Policy, time.Since(start)}
+	}()
+	r := <-done
+	if r.policy != schedOther {
+		t.Fatalf("the spinning thread's policy after %v is %d, want SCHED_OTHER (the CPU bound: %v of %v)", r.took, r.policy, DefaultMaxCPU, DefaultCPUWindow)
+	}
+	t.Logf("lowered %v after the spin began", r.took.Round(time.Millisecond))
+	if raised, _ := b.Boosted(); raised {
+		t.Fatal("still boosted after the CPU bound")
+	}
+	requireAll(t, schedOther, "after the CPU bound")
+	b.Hold()
+	if raised, _ := b.Boosted(); raised {
+		t.Fatal("boosted again within the rest after the CPU bound")
+	}
+}
+
+// On cgroup v1 with RT group scheduling, a cgroup gets no real-time time by default and
+// SCHED_FIFO is refused inside it; Grant gives it and its ancestors the budget.
+func TestGrantOnRTGroupScheduling(t *testing.T) {
+	root := "/sys/fs/cgroup/cpu"
+	if _, err := os.Stat(filepath.Join(root, "cpu.rt_runtime_us")); err != nil {
+		t.Fatalf("this machine's cgroup v1 cpu hierarchy has no RT group scheduling (%v): this test needs CONFIG_RT_GROUP_SCHED, as the project's test machines have", err)
+	}
+	parent := filepath.Join(root, fmt.Sprintf("evictiond-rtboost-test-%d", os.Getpid()))
+	dir := filepath.Join(parent, "pod", "container")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Remove(dir); _ = os.Remove(filepath.Dir(dir)); _ = os.Remove(parent) }()
+
+	errs := make(chan error)
+	step := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // this thread moves cgroups and changes class; it exits with the goroutine
+		tid := strconv.Itoa(unix.Gettid())
+		if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0o644); err != nil {
+			errs <- err
+			return
+		}
+		fifo := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}
+		errs <- unix.SchedSetAttr(0, &fifo, 0)
+		<-step
+		errs <- unix.SchedSetAttr(0, &fifo, 0)
+		other := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther}
+		_ = unix.SchedSetAttr(0, &other, 0)
+		errs <- os.WriteFile(filepath.Join(root, "tasks"), []byte(tid), 0o644)
+	}()
+	if err := <-errs; !errors.Is(err, unix.EPERM) {
+		t.Fatalf("SCHED_FIFO in a cgroup without a real-time budget: %v, want EPERM", err)
+	}
+	wrote, err := Grant(root, dir, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wrote) != 3 {
+		t.Fatalf("Grant wrote %v, want the three levels", wrote)
+	}
+	for _, d := range []string{parent, filepath.Dir(dir), dir} {
+		data, _ := os.ReadFile(filepath.Join(d, "cpu.rt_runtime_us"))
+		if strings.TrimSpace(string(data)) != "10000" {
+			t.Fatalf("%s/cpu.rt_runtime_us = %q, want 10000", d, data)
+		}
+	}
+	close(step)
+	if err := <-errs; err != nil {
+		t.Fatalf("SCHED_FIFO after Grant: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("moving the thread back: %v", err)
+	}
+	// A second Grant changes nothing.
+	if wrote, err := Grant(root, dir, 10*time.Millisecond); err != nil || len(wrote) != 0 {
+		t.Fatalf("second Grant: wrote %v, %v", wrote, err)
+	}
+}
