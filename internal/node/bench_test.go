@@ -9,10 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 	"github.com/evictiond/evictiond/internal/monitor"
 	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -60,7 +60,11 @@ func BenchmarkIdlePass(b *testing.B) {
 	quiet := simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: "node-1"}}, time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: fake.NewClientset(no, pod), Node: statsNode{Node: quiet, stats: node.Stats{M: m}}},
+	api, err := kubefake.NewClientset(no, pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: api, Node: statsNode{Node: quiet, stats: node.Stats{M: m}}},
 		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
