@@ -23,10 +23,11 @@ import (
 
 // Scheme holds the API groups evictiond reads and writes, and nothing else. client-go's
 // typed clients (k8s.io/client-go/kubernetes/...) all import its kubernetes/scheme,
-// which registers every built-in group, and with them their types, deep copies,
-// conversions and apply configurations: 24 of the 48 MiB the binary weighed with four
-// of those clients (docs/scale.md). Client is client-go's generic typed client
-// (gentype, which the generated clients are made of) on this scheme instead.
+// which registers every built-in group, and with them their types, deep copies and
+// conversions, plus apply configurations and discovery's OpenAPI models: 17 of the 48
+// MiB the binary weighed with four of those clients (docs/scale.md). Client is
+// client-go's generic typed client (gentype, which the generated clients are made of)
+// on this scheme instead.
 //
 // A new group is one AddToScheme line here, its rest.Interface in NewClient, and a
 // method on Interface (TestBinaryLinksNoClientsetScheme keeps kubernetes/... out).
