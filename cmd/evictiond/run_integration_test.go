@@ -38,6 +38,7 @@ import (
 	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // env is the real control plane every daemon test talks to; started by
@@ -1196,30 +1197,19 @@ func BenchmarkIdleAgent(b *testing.B) {
 }
 
 func procCPUTicks(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ticks, err := proc.CPUTicks(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-	rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	utime, _ := strconv.ParseInt(rest[11], 10, 64)
-	stime, _ := strconv.ParseInt(rest[12], 10, 64)
-	return utime + stime
+	return ticks
 }
 
 func procRSSKiB(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := proc.RSSBytes(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kib
-		}
-	}
-	b.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return rss >> 10
 }
 
 // shippedConfig is config.yaml of deploy/configmap.yaml.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
 
@@ -92,7 +93,7 @@ func TestBenchFootprint(t *testing.T) {
 	scrape()
 	before := scrapePasses(t, c)
 	for _, p := range procs {
-		if p.cpuTicks0, err = cluster.ProcCPUTicks(p.pid); err != nil {
+		if p.cpuTicks0, err = proc.CPUTicks(p.pid); err != nil {
 			t.Fatalf("%s: %v", p.name, err)
 		}
 	}
@@ -100,7 +101,7 @@ func TestBenchFootprint(t *testing.T) {
 	lastScrape := begin
 	for time.Since(begin) < window {
 		for _, p := range procs {
-			rss, err := cluster.ProcRSSBytes(p.pid)
+			rss, err := proc.RSSBytes(p.pid)
 			if err != nil {
 				t.Fatalf("%s: %v", p.name, err)
 			}
@@ -115,7 +116,7 @@ func TestBenchFootprint(t *testing.T) {
 	elapsed := time.Since(begin).Seconds()
 	after := scrapePasses(t, c)
 	for _, p := range procs {
-		ticks, err := cluster.ProcCPUTicks(p.pid)
+		ticks, err := proc.CPUTicks(p.pid)
 		if err != nil {
 			t.Fatalf("%s: %v", p.name, err)
 		}
