@@ -18,7 +18,7 @@ node-exporter-package:
 bench-footprint: build image k8s-binaries containerd-binaries e2e-deps node-exporter-package
 	@stat -c %s $(BIN) | awk '{printf "binary (stripped)   %d bytes, %.1f MiB\n", $$1, $$1/1048576}'
 	@$(GO) test -run '^$$' -bench '^BenchmarkIdlePass' -benchmem -count 1 ./internal/node 2>/dev/null | \
-		awk '/^BenchmarkIdlePass/ {for (i = 3; i < NF; i++) v[$$(i+1)] = $$i; \
+		awk '/^BenchmarkIdlePass.*allocs\/op/ {for (i = 3; i < NF; i++) v[$$(i+1)] = $$i; \
 			printf "%-28s %s allocs/op, %s B/op, %.0f µs/op, %s B kept on the heap per pass\n", $$1, v["allocs/op"], v["B/op"], v["ns/op"]/1000, v["kept-B/pass"]; ok++} \
 			END {exit ok < 2}'
 	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) EVICTIOND_IMAGE_TAR=$(abspath $(IMAGE_TAR)) FOOTPRINT_WINDOW=$(FOOTPRINT_WINDOW) \
