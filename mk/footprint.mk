@@ -1,18 +1,26 @@
 # Footprint: the figures of issue 29 ("the DaemonSet tax") in one place, printed, not
-# asserted. The stripped binary (make build); allocations of one idle pass of the loop
-# (BenchmarkIdlePass, internal/node: the cgroup v2 fixture node, fake API server); the
-# resident memory and CPU of bin/evictiond idling for 60 s against a real API server and
-# containerd (BenchmarkIdleAgent, cmd/evictiond, as make bench-daemon; needs root). The
-# real components are shared with other tiers: run it as
-#   flock /tmp/evictiond-real.lock make bench-footprint
-.PHONY: bench-footprint
+# asserted. The stripped binary (make build); allocations of one idle pass of the loop and
+# the heap it keeps per pass (BenchmarkIdlePass, internal/node: the cgroup v2 fixture node,
+# fake API server); then, on the e2e cluster with the node filled to 110 pods (the kubelet's
+# default maxPods), the resident memory and CPU over 60 s of evictiond (deployed from
+# deploy/), the kubelet and node_exporter (Debian's, default collectors), each scraped every
+# 15 s, and evictiond's mean pass time (TestBenchFootprint, test/e2e). The cluster is shared
+# with the e2e tier: run it as
+#   flock /tmp/evictiond-cluster.lock make bench-footprint
+# (about 4 minutes on this project's machine; FOOTPRINT_WINDOW=5m for a longer window).
+.PHONY: bench-footprint node-exporter-package
 
-bench-footprint: build k8s-binaries etcd-package cri-packages
+FOOTPRINT_WINDOW ?= 60s
+
+node-exporter-package:
+	./hack/install-deps.sh prometheus-node-exporter
+
+bench-footprint: build image k8s-binaries containerd-binaries e2e-deps node-exporter-package
 	@stat -c %s $(BIN) | awk '{printf "binary (stripped)   %d bytes, %.1f MiB\n", $$1, $$1/1048576}'
-	@$(GO) test -run '^$$' -bench '^BenchmarkIdlePass$$' -benchmem -count 1 ./internal/node 2>/dev/null | \
-		awk '/^BenchmarkIdlePass/ {printf "idle pass           %s allocs/op, %s B/op, %.0f µs/op (BenchmarkIdlePass)\n", $$7, $$5, $$3/1000; ok=1} END {exit !ok}'
-	@EVICTIOND_K8S_BIN=$(K8S_BIN) EVICTIOND_BIN=$(CURDIR)/$(BIN) $(GO) test -tags integration -count=1 -timeout 10m \
-		-run '^$$' -bench '^BenchmarkIdleAgent$$' -benchtime 1x ./cmd/evictiond 2>&1 | \
-		awk '/^BenchmarkIdleAgent/ {for (i = 3; i < NF; i++) v[$$(i+1)] = $$i; \
-			printf "idle agent, 60 s    RSS %s MiB (max %s MiB), CPU %s %% of a core (BenchmarkIdleAgent)\n", v["rss-MiB"], v["max-rss-MiB"], v["cpu-%"]; ok=1} \
-			{out = out $$0 "\n"} END {if (!ok) printf "%s", out; exit !ok}'
+	@$(GO) test -run '^$$' -bench '^BenchmarkIdlePass' -benchmem -count 1 ./internal/node 2>/dev/null | \
+		awk '/^BenchmarkIdlePass.*allocs\/op/ {for (i = 3; i < NF; i++) v[$$(i+1)] = $$i; \
+			printf "%-28s %s allocs/op, %s B/op, %.0f µs/op, %s B kept on the heap per pass\n", $$1, v["allocs/op"], v["B/op"], v["ns/op"]/1000, v["kept-B/pass"]; ok++} \
+			END {exit ok < 2}'
+	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) EVICTIOND_IMAGE_TAR=$(abspath $(IMAGE_TAR)) FOOTPRINT_WINDOW=$(FOOTPRINT_WINDOW) \
+		$(GO) test -tags 'e2e bench_footprint' -count=1 -timeout 20m -run '^TestBenchFootprint$$' -v ./test/e2e/ \
+		| grep --line-buffered -E '^footprint:|^(--- FAIL|FAIL)|_test.go:'"

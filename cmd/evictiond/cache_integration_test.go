@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/evictiond/evictiond/internal/daemon"
@@ -39,7 +38,10 @@ func TestRunPodCacheSeesPodsSoonAfterAPIServerRestarts(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := kubernetes.NewForConfigOrDie(rest.CopyConfig(env.Config))
+	client, err := daemon.NewClient(rest.CopyConfig(env.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client,
 		Node: simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: node}}, time.Now)},
 		daemon.Options{NodeName: node, NodeStatus: true, Logger: slog.New(slog.NewJSONHandler(logs, nil))})

@@ -241,7 +241,7 @@ func startFleetAgent(ctx context.Context, node string, self types.UID, base *res
 	// connection) between clients of equal TLS settings; every DaemonSet
 	// pod has its own.
 	restCfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := daemon.NewClient(restCfg)
 	if err != nil {
 		return stop, err
 	}

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -193,8 +192,8 @@ func (l *cgroupPodLister) pods(context.Context) ([]monitor.PodRef, error) {
 
 // apiPodLister lists the node's pods from the API server.
 type apiPodLister struct {
-	client kubernetes.Interface
-	node   string
+	list func(context.Context, metav1.ListOptions) (*v1.PodList, error)
+	node string
 }
 
 func newAPIPodLister(kubeconfig, node string) (*apiPodLister, error) {
@@ -207,11 +206,11 @@ func newAPIPodLister(kubeconfig, node string) (*apiPodLister, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
-	return &apiPodLister{client: client, node: node}, nil
+	return &apiPodLister{list: client.CoreV1().Pods(metav1.NamespaceAll).List, node: node}, nil
 }
 
 func (l *apiPodLister) pods(ctx context.Context) ([]monitor.PodRef, error) {
-	list, err := l.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	list, err := l.list(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", l.node).String(),
 	})
 	if err != nil {

@@ -118,7 +118,7 @@ func TestObserveAPIListerReadsStaticPodsUnderTheirKubeletUID(t *testing.T) {
 	mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-n1", Namespace: "kube-system", UID: "aa11bb22-cc33-4d44-8e55-ff6677889900",
 		Annotations: map[string]string{"kubernetes.io/config.mirror": "6f1b2c3d4e5f60718293a4b5c6d7e8f9"}},
 		Spec: v1.PodSpec{NodeName: "n1"}, Status: v1.PodStatus{QOSClass: v1.PodQOSBurstable}}
-	l := &apiPodLister{client: fake.NewSimpleClientset(mirror), node: "n1"}
+	l := &apiPodLister{list: fake.NewClientset(mirror).CoreV1().Pods("").List, node: "n1"}
 	refs, err := l.pods(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ import (
 	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // env is the real control plane every daemon test talks to; started by
@@ -361,7 +362,7 @@ func createNode(t testing.TB, name string) {
 
 // createPods creates BestEffort pods bound to node (no kubelet runs them, so
 // they stay Pending, which is still a live pod to the agent).
-func createPods(t *testing.T, namespace, node string, n int) []*corev1.Pod {
+func createPods(t testing.TB, namespace, node string, n int) []*corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
@@ -409,6 +410,27 @@ func makeCgroupRoot(t testing.TB) string {
 		}
 	}
 	return root
+}
+
+// makePodCgroups makes the BestEffort pod cgroups of pods under a root of
+// makeCgroupRoot, on the memory and pids controllers, removed at the end.
+func makePodCgroups(t testing.TB, root string, pods []*corev1.Pod) {
+	t.Helper()
+	var made []string
+	t.Cleanup(func() {
+		for _, dir := range made {
+			_ = os.Remove(dir)
+		}
+	})
+	for _, ctl := range []string{"memory", "pids"} {
+		for _, p := range pods {
+			dir := filepath.Join("/sys/fs/cgroup", ctl, root, "kubepods", "besteffort", "pod"+string(p.UID))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatalf("creating cgroup %s: %v", dir, err)
+			}
+			made = append(made, dir)
+		}
+	}
 }
 
 // nodeEvents lists Events about the node with the given reason.
@@ -1128,9 +1150,17 @@ func TestRunBinaryStopsOnSIGTERM(t *testing.T) {
 // BenchmarkIdleAgent runs evictiond as a process (bin/evictiond from
 // $EVICTIOND_BIN, else this test binary acting as it) with the shipped
 // configuration on a node without pressure, and reports its resident memory
-// and CPU over 60 s of idling (1 s loop, 10 s housekeeping, watches open).
+// and CPU over 60 s of idling (1 s loop, 10 s housekeeping, watches open):
+// on a node without pods, and on one with 110 (the kubelet's default maxPods:
+// BestEffort pods bound to the node in the API server, each with its pod
+// cgroup; no kubelet runs them). make bench-footprint measures the same on the
+// e2e cluster, next to the kubelet and node_exporter.
 func BenchmarkIdleAgent(b *testing.B) {
-	const node = "idle-node"
+	b.Run("pods=0", func(b *testing.B) { benchIdleAgent(b, "idle-node", 0) })
+	b.Run("pods=110", func(b *testing.B) { benchIdleAgent(b, "idle-node-110", 110) })
+}
+
+func benchIdleAgent(b *testing.B, node string, pods int) {
 	createNode(b, node)
 	ctrd := containerd.Start(b, containerd.Options{})
 	shipped := shippedConfig(b)
@@ -1146,6 +1176,10 @@ func BenchmarkIdleAgent(b *testing.B) {
 	if err := os.WriteFile(cfgPath, []byte(shipped), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	cgroupRoot := makeCgroupRoot(b)
+	if pods > 0 {
+		makePodCgroups(b, cgroupRoot, createPods(b, node, node, pods))
+	}
 	addr := freeAddress(b)
 	bin, extraEnv := os.Getenv("EVICTIOND_BIN"), runMainEnv+"=0"
 	if bin == "" {
@@ -1154,7 +1188,7 @@ func BenchmarkIdleAgent(b *testing.B) {
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "run", "--config", cfgPath, "--kubeconfig", env.KubeconfigPath, "--node-name", node,
 		"--metrics-address", addr, "--health-address", addr, "--metrics-secure=false", "--kubelet-root-dir", b.TempDir(), "--pod-logs-dir", b.TempDir(),
-		"--image-fs-dir", b.TempDir(), "--cgroup-root", makeCgroupRoot(b))
+		"--image-fs-dir", b.TempDir(), "--cgroup-root", cgroupRoot)
 	cmd.Env = append(os.Environ(), extraEnv)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -1196,30 +1230,19 @@ func BenchmarkIdleAgent(b *testing.B) {
 }
 
 func procCPUTicks(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ticks, err := proc.CPUTicks(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
-	rest := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	utime, _ := strconv.ParseInt(rest[11], 10, 64)
-	stime, _ := strconv.ParseInt(rest[12], 10, 64)
-	return utime + stime
+	return ticks
 }
 
 func procRSSKiB(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := proc.RSSBytes(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kib
-		}
-	}
-	b.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
+	return rss >> 10
 }
 
 // shippedConfig is config.yaml of deploy/configmap.yaml.

@@ -4,7 +4,7 @@
 // node status writer, Events) around a Node and clients, reconfiguring them
 // on every reload. `evictiond run` is RunProcess (process.go): the real API
 // client and the real node (internal/node); `evictiond simulate` and the
-// tests build it with a client-go fake clientset and a scenario's node on a
+// tests build it with a fake API (internal/kube/kubefake) and a scenario's node on a
 // virtual clock, so every decision a simulation shows is the daemon's own.
 // See docs/architecture.md.
 package daemon
@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -31,7 +30,7 @@ import (
 type Deps struct {
 	// Client is the API server: evictions, Events, node status, and the pod and
 	// node informers unless Pods is set.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Pods lists the node's pods; nil: node-scoped informers on Client, started
 	// (and synced) by New.
 	Pods agent.Pods

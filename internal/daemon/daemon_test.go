@@ -12,11 +12,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/simulate"
 )
@@ -38,7 +39,7 @@ func TestNewFailingAfterTheInformersStartedReturnsAndStopsThem(t *testing.T) {
 		t.Fatal(errs)
 	}
 	cfg.Escalation.MaxCandidates = 0
-	_, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(), Node: quietNode()},
+	_, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fakeAPI(t), Node: quietNode()},
 		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "Escalation.MaxCandidates") {
 		t.Fatalf("New = %v, want the evictor's options error", err)
@@ -93,7 +94,7 @@ func TestNewHoldsThePressureTheNodeShowsForTheTransitionPeriod(t *testing.T) {
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: kube.ConditionMemoryPressure, Status: v1.ConditionTrue}}}}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	logs := &lockedBuffer{}
-	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(node), Node: quietNode(), Clock: clk},
+	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fakeAPI(t, node), Node: quietNode(), Clock: clk},
 		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestNewHoldsNothingOnAQuietNode(t *testing.T) {
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeMemoryPressure, Status: v1.ConditionTrue, Reason: "KubeletHasInsufficientMemory"}}}}
-	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fake.NewClientset(node), Node: quietNode()},
+	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: fakeAPI(t, node), Node: quietNode()},
 		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -128,4 +129,13 @@ func TestNewHoldsNothingOnAQuietNode(t *testing.T) {
 	if rep := d.Agent.Pass(context.Background(), "test"); len(rep.Assessment.Conditions) != 0 {
 		t.Fatalf("conditions %v; want none (the kubelet's MemoryPressure is not evictiond's)", rep.Assessment.Conditions)
 	}
+}
+
+func fakeAPI(t *testing.T, objs ...runtime.Object) *kubefake.Clientset {
+	t.Helper()
+	c, err := kubefake.NewClientset(objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -60,6 +60,7 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	tuneGC()
 	// Parts run until ctx ends and some cleanups wait for them (the informers'
 	// Shutdown does), so ctx is cancelled before the cleanups run, on every
 	// return path: an error at start-up must not leave the process hanging.

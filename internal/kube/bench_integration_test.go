@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 )
@@ -77,7 +76,10 @@ func BenchmarkNodeInformerSync(b *testing.B) {
 			var received atomic.Int64
 			cfg := rest.CopyConfig(n.agentCfg)
 			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &received} })
-			client := kubernetes.NewForConfigOrDie(cfg)
+			client, err := NewClient(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			for range b.N {
 				inf, err := NewNodeInformers(client, n.name)

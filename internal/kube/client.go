@@ -1,35 +1,135 @@
 package kube
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/kubernetes"
-	authenticationv1 "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	policyv1 "k8s.io/client-go/kubernetes/typed/policy/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// Client is kubernetes.Interface with the API groups evictiond calls: core/v1 (pods,
-// nodes, Events), policy/v1 (evictions), authentication/v1 and authorization/v1 (the
-// metrics server's reviews), and discovery's REST client (Reachability's /readyz).
-// kubernetes.NewForConfig builds a client of every group, and so links all of them
-// into the binary; any other group's method here is the nil embedded interface's and
-// panics: a new call to one belongs in NewClient first (TestClientServesTheAgentsGroups).
-type Client struct {
-	kubernetes.Interface
+// Scheme holds the API groups evictiond reads and writes, and nothing else. client-go's
+// typed clients (k8s.io/client-go/kubernetes/...) all import its kubernetes/scheme,
+// which registers every built-in group, and with them their types, deep copies and
+// conversions, plus apply configurations and discovery's OpenAPI models: 17 of the 48
+// MiB the binary weighed with four of those clients (docs/scale.md). Client is
+// client-go's generic typed client (gentype, which the generated clients are made of)
+// on this scheme instead.
+//
+// A new group is one AddToScheme line here, its rest.Interface in NewClient, and a
+// method on Interface (TestBinaryLinksNoClientsetScheme keeps kubernetes/... out).
+var Scheme = runtime.NewScheme()
 
-	core           *corev1.CoreV1Client
-	policy         *policyv1.PolicyV1Client
-	authentication *authenticationv1.AuthenticationV1Client
-	authorization  *authorizationv1.AuthorizationV1Client
-	discovery      *discovery.DiscoveryClient
+var (
+	codecs         = serializer.NewCodecFactory(Scheme)
+	parameterCodec = runtime.NewParameterCodec(Scheme)
+)
+
+func init() {
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	utilruntime.Must(corev1.AddToScheme(Scheme))
+	utilruntime.Must(policyv1.AddToScheme(Scheme))
+	utilruntime.Must(authenticationv1.AddToScheme(Scheme))
+	utilruntime.Must(authorizationv1.AddToScheme(Scheme))
 }
 
-// NewClient is kubernetes.NewForConfig for the groups of Client: one transport and,
+// Interface is the API server as evictiond calls it, in client-go's shapes
+// (client.CoreV1().Pods(ns).List(...)) but with the verbs it uses only, so that the
+// daemon, simulate's fake API (internal/kube/kubefake) and the tests share one type.
+// Client-go's typed clients satisfy each resource interface as they are.
+type Interface interface {
+	CoreV1() CoreV1Interface
+	PolicyV1() PolicyV1Interface
+	AuthenticationV1() AuthenticationV1Interface
+	AuthorizationV1() AuthorizationV1Interface
+	// RESTClient asks paths outside the groups (the API server's /readyz).
+	RESTClient() rest.Interface
+}
+
+// CoreV1Interface is core/v1 as evictiond uses it.
+type CoreV1Interface interface {
+	Pods(namespace string) PodInterface
+	Nodes() NodeInterface
+	Events(namespace string) EventInterface
+}
+
+// PodInterface reads a node's pods (informers, observe) and deletes one (the
+// escalation past a PDB).
+type PodInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// NodeInterface reads the agent's node and patches its conditions and taints.
+type NodeInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Node, error)
+}
+
+// EventInterface is what client-go's event correlator writes (eventSink).
+type EventInterface interface {
+	Create(ctx context.Context, event *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error)
+	Update(ctx context.Context, event *corev1.Event, opts metav1.UpdateOptions) (*corev1.Event, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*corev1.Event, error)
+}
+
+// PolicyV1Interface is policy/v1 as evictiond uses it.
+type PolicyV1Interface interface {
+	Evictions(namespace string) EvictionInterface
+}
+
+// EvictionInterface asks the Eviction API (pods/eviction) to evict a pod.
+type EvictionInterface interface {
+	Evict(ctx context.Context, eviction *policyv1.Eviction) error
+}
+
+// AuthenticationV1Interface is authentication/v1 as the metrics server uses it.
+type AuthenticationV1Interface interface {
+	TokenReviews() TokenReviewInterface
+}
+
+// TokenReviewInterface asks who a bearer token belongs to.
+type TokenReviewInterface interface {
+	Create(ctx context.Context, review *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
+// AuthorizationV1Interface is authorization/v1 as the metrics server uses it.
+type AuthorizationV1Interface interface {
+	SubjectAccessReviews() SubjectAccessReviewInterface
+}
+
+// SubjectAccessReviewInterface asks whether a user may do something.
+type SubjectAccessReviewInterface interface {
+	Create(ctx context.Context, review *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// Client is Interface on the API server: one REST client per group, all on one
+// HTTP client (one connection pool) and one token bucket, as kubernetes.NewForConfig
+// builds them.
+type Client struct {
+	core, policy, authentication, authorization *rest.RESTClient
+}
+
+var _ Interface = (*Client)(nil)
+
+// NewClient is kubernetes.NewForConfig for the groups of Interface: one transport and,
 // when c sets QPS without a RateLimiter, one token bucket shared by all of them.
 func NewClient(c *rest.Config) (*Client, error) {
 	cfg := *c
@@ -47,30 +147,86 @@ func NewClient(c *rest.Config) (*Client, error) {
 		return nil, fmt.Errorf("API client transport: %w", err)
 	}
 	cl := &Client{}
-	if cl.core, err = corev1.NewForConfigAndClient(&cfg, httpClient); err != nil {
-		return nil, fmt.Errorf("core/v1 client: %w", err)
-	}
-	if cl.policy, err = policyv1.NewForConfigAndClient(&cfg, httpClient); err != nil {
-		return nil, fmt.Errorf("policy/v1 client: %w", err)
-	}
-	if cl.authentication, err = authenticationv1.NewForConfigAndClient(&cfg, httpClient); err != nil {
-		return nil, fmt.Errorf("authentication/v1 client: %w", err)
-	}
-	if cl.authorization, err = authorizationv1.NewForConfigAndClient(&cfg, httpClient); err != nil {
-		return nil, fmt.Errorf("authorization/v1 client: %w", err)
-	}
-	if cl.discovery, err = discovery.NewDiscoveryClientForConfigAndClient(&cfg, httpClient); err != nil {
-		return nil, fmt.Errorf("discovery client: %w", err)
+	for _, g := range []struct {
+		gv      schema.GroupVersion
+		apiPath string
+		into    **rest.RESTClient
+	}{
+		{corev1.SchemeGroupVersion, "/api", &cl.core},
+		{policyv1.SchemeGroupVersion, "/apis", &cl.policy},
+		{authenticationv1.SchemeGroupVersion, "/apis", &cl.authentication},
+		{authorizationv1.SchemeGroupVersion, "/apis", &cl.authorization},
+	} {
+		if *g.into, err = groupClient(cfg, httpClient, g.gv, g.apiPath); err != nil {
+			return nil, fmt.Errorf("%s client: %w", g.gv, err)
+		}
 	}
 	return cl, nil
 }
 
-func (c *Client) CoreV1() corev1.CoreV1Interface       { return c.core }
-func (c *Client) PolicyV1() policyv1.PolicyV1Interface { return c.policy }
-func (c *Client) AuthenticationV1() authenticationv1.AuthenticationV1Interface {
-	return c.authentication
+// groupClient is a generated client's setConfigDefaults and RESTClientForConfigAndClient
+// on Scheme.
+func groupClient(cfg rest.Config, h *http.Client, gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
+	cfg.GroupVersion = &gv
+	cfg.APIPath = apiPath
+	cfg.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, codecs).WithoutConversion()
+	return rest.RESTClientForConfigAndClient(&cfg, h)
 }
-func (c *Client) AuthorizationV1() authorizationv1.AuthorizationV1Interface {
-	return c.authorization
+
+func (c *Client) CoreV1() CoreV1Interface     { return coreV1{c.core} }
+func (c *Client) PolicyV1() PolicyV1Interface { return policyV1{c.policy} }
+func (c *Client) AuthenticationV1() AuthenticationV1Interface {
+	return authenticationV1{c.authentication}
 }
-func (c *Client) Discovery() discovery.DiscoveryInterface { return c.discovery }
+func (c *Client) AuthorizationV1() AuthorizationV1Interface { return authorizationV1{c.authorization} }
+func (c *Client) RESTClient() rest.Interface                { return c.core }
+
+type coreV1 struct{ rc rest.Interface }
+
+// Every resource goes as protobuf, as client-go's generated clients send them.
+func (g coreV1) Pods(namespace string) PodInterface {
+	return gentype.NewClientWithList("pods", g.rc, parameterCodec, namespace,
+		func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} },
+		gentype.PrefersProtobuf[*corev1.Pod]())
+}
+
+func (g coreV1) Nodes() NodeInterface {
+	return gentype.NewClientWithList("nodes", g.rc, parameterCodec, "",
+		func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} },
+		gentype.PrefersProtobuf[*corev1.Node]())
+}
+
+func (g coreV1) Events(namespace string) EventInterface {
+	return gentype.NewClient("events", g.rc, parameterCodec, namespace,
+		func() *corev1.Event { return &corev1.Event{} }, gentype.PrefersProtobuf[*corev1.Event]())
+}
+
+type policyV1 struct{ rc rest.Interface }
+
+// Evictions: an Eviction names its namespace itself, as client-go's does.
+func (g policyV1) Evictions(string) EvictionInterface { return evictions(g) }
+
+type evictions struct{ rc rest.Interface }
+
+// Evict is client-go's policy/v1 EvictionExpansion.Evict: a POST to the pod's eviction
+// subresource (core/v1's path, the policy group's body).
+func (e evictions) Evict(ctx context.Context, eviction *policyv1.Eviction) error {
+	return e.rc.Post().AbsPath("/api/v1").Namespace(eviction.Namespace).Resource("pods").
+		Name(eviction.Name).SubResource("eviction").Body(eviction).Do(ctx).Error()
+}
+
+type authenticationV1 struct{ rc rest.Interface }
+
+func (g authenticationV1) TokenReviews() TokenReviewInterface {
+	return gentype.NewClient("tokenreviews", g.rc, parameterCodec, "",
+		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} },
+		gentype.PrefersProtobuf[*authenticationv1.TokenReview]())
+}
+
+type authorizationV1 struct{ rc rest.Interface }
+
+func (g authorizationV1) SubjectAccessReviews() SubjectAccessReviewInterface {
+	return gentype.NewClient("subjectaccessreviews", g.rc, parameterCodec, "",
+		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} },
+		gentype.PrefersProtobuf[*authorizationv1.SubjectAccessReview]())
+}

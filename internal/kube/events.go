@@ -4,10 +4,8 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -31,11 +29,27 @@ const (
 // source, like the kubelet's do, and a function that flushes and stops it. Events are
 // written asynchronously; client-go's correlator aggregates repeats and rate-limits
 // spam per object.
-func NewEventRecorder(ctx context.Context, client kubernetes.Interface, nodeName string) (record.EventRecorder, func()) {
+func NewEventRecorder(ctx context.Context, client Interface, nodeName string) (record.EventRecorder, func()) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: nodeName})
+	broadcaster.StartRecordingToSink(eventSink{client.CoreV1()})
+	recorder := broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: EventComponent, Host: nodeName})
 	return recorder, broadcaster.Shutdown
+}
+
+// eventSink is client-go's typed core/v1 EventSinkImpl: each Event is written in its own
+// namespace, a repeat as the correlator's strategic merge patch.
+type eventSink struct{ core CoreV1Interface }
+
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Create(context.Background(), e, metav1.CreateOptions{})
+}
+
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Update(context.Background(), e, metav1.UpdateOptions{})
+}
+
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	return s.core.Events(e.Namespace).Patch(context.Background(), e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 }
 
 // NodeRef is the object reference for Events on the node (threshold met, reclaim,

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
@@ -190,7 +189,7 @@ func (o *EvictorOptions) validate() error {
 // agent.Evictor. It is used by the single loop goroutine.
 // Waiting for the victim to be gone is the policy engine's business, not the Evictor's.
 type Evictor struct {
-	client   kubernetes.Interface
+	client   Interface
 	recorder record.EventRecorder
 	limiter  *rate.Limiter
 
@@ -209,7 +208,7 @@ type localStop struct {
 
 // NewEvictor returns an Evictor that evicts through client and records Events with
 // recorder.
-func NewEvictor(client kubernetes.Interface, recorder record.EventRecorder, opts EvictorOptions) (*Evictor, error) {
+func NewEvictor(client Interface, recorder record.EventRecorder, opts EvictorOptions) (*Evictor, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

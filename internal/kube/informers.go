@@ -17,7 +17,6 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
@@ -48,7 +47,7 @@ type NodeInformers struct {
 	// slog.Default(). Set before Start.
 	Logger *slog.Logger
 
-	client kubernetes.Interface
+	client Interface
 	pods   *nodeCache
 	node   *nodeCache
 
@@ -69,7 +68,7 @@ const cacheHealthyRun = 30 * time.Second
 
 // NewNodeInformers builds (but does not start) the node-scoped caches. They never resync
 // (handlers react to watch events and periodic checks read the cache).
-func NewNodeInformers(client kubernetes.Interface, nodeName string) (*NodeInformers, error) {
+func NewNodeInformers(client Interface, nodeName string) (*NodeInformers, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("node name: value %q: must not be empty", nodeName)
 	}
@@ -100,7 +99,7 @@ func NewNodeInformers(client kubernetes.Interface, nodeName string) (*NodeInform
 // listWatch is a field-selected ListerWatcher whose watch hands the reflector a connection
 // refused or a 429 as a plain error: the reflector then returns from ListAndWatch (and
 // nodeCache.run waits its own backoff) instead of waiting its internal one.
-func listWatch(client kubernetes.Interface, selector string,
+func listWatch(client Interface, selector string,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	lw := &cache.ListWatch{

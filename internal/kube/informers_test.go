@@ -1,4 +1,4 @@
-package kube
+package kube_test
 
 import (
 	"bytes"
@@ -20,9 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/evictiond/evictiond/internal/kube"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 )
 
 // refused is what a dial to a stopped API server returns.
@@ -63,7 +65,7 @@ type outage struct {
 	open []watch.Interface
 }
 
-func (o *outage) install(c *fake.Clientset) {
+func (o *outage) install(c *kubefake.Clientset) {
 	c.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		o.attempts.Add(1)
 		if o.down.Load() {
@@ -101,16 +103,23 @@ func (o *outage) stop() {
 
 func (o *outage) start() { o.down.Store(false) }
 
-func startInformers(t *testing.T, c *fake.Clientset, log *slog.Logger) (*NodeInformers, context.CancelFunc) {
+func newFake(t *testing.T, objs ...runtime.Object) *kubefake.Clientset {
 	t.Helper()
-	n, err := NewNodeInformers(c, "n1")
+	c, err := kubefake.NewClientset(objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startInformers(t *testing.T, c *kubefake.Clientset, log *slog.Logger) (*kube.NodeInformers, context.CancelFunc) {
+	t.Helper()
+	n, err := kube.NewNodeInformers(c, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Logger = log
-	for _, nc := range []*nodeCache{n.pods, n.node} {
-		nc.backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 40 * time.Millisecond}
-	}
+	kube.SetCacheBackoff(n, wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 40 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -119,7 +128,7 @@ func startInformers(t *testing.T, c *fake.Clientset, log *slog.Logger) (*NodeInf
 	return n, cancel
 }
 
-func waitPods(t *testing.T, n *NodeInformers, what string, want func([]*corev1.Pod) bool, timeout time.Duration) time.Duration {
+func waitPods(t *testing.T, n *kube.NodeInformers, what string, want func([]*corev1.Pod) bool, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
@@ -154,14 +163,12 @@ func hasPod(name string) func([]*corev1.Pod) bool {
 // a minute. Here the reflector's internal backoff is never used (the refused watch ends
 // its attempt) and the cache's own backoff is the test's 10-40 ms.
 func TestNodeCacheSeesPodsSoonAfterRepeatedOutages(t *testing.T) {
-	c := fake.NewClientset(testPod("a"))
+	c := newFake(t, testPod("a"))
 	o := &outage{}
 	o.install(c)
 	logs := &lockedBuffer{}
 	n, _ := startInformers(t, c, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	waitPods(t, n, "pod a after the first list", hasPod("a"), 5*time.Second)
-
-	ctx := context.Background()
 	for i, name := range []string{"b", "c", "d", "e"} {
 		// The API server goes away: end the open watch (as a closed connection
 		// does) and refuse everything for a while.
@@ -179,7 +186,7 @@ func TestNodeCacheSeesPodsSoonAfterRepeatedOutages(t *testing.T) {
 			t.Fatalf("outage %d: %d list and watch attempts in 5 s; want the cache to retry at its own backoff (10-40 ms)", i+1, got)
 		}
 		o.start()
-		if _, err := c.CoreV1().Pods("default").Create(ctx, testPod(name), metav1.CreateOptions{}); err != nil {
+		if err := c.Tracker().Create(corev1.SchemeGroupVersion.WithResource("pods"), testPod(name), "default"); err != nil {
 			t.Fatal(err)
 		}
 		took := waitPods(t, n, "pod "+name+" created after outage", hasPod(name), 2*time.Second)
@@ -198,16 +205,14 @@ func TestNodeCacheSeesPodsSoonAfterRepeatedOutages(t *testing.T) {
 // A pod deleted while the cache could not watch leaves the cache at the next list (no
 // ghost candidate), and handlers hear of it.
 func TestNodeCacheDropsPodsDeletedDuringAnOutage(t *testing.T) {
-	c := fake.NewClientset(testPod("a"), testPod("b"))
+	c := newFake(t, testPod("a"), testPod("b"))
 	o := &outage{}
 	o.install(c)
-	n, err := NewNodeInformers(c, "n1")
+	n, err := kube.NewNodeInformers(c, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, nc := range []*nodeCache{n.pods, n.node} {
-		nc.backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 40 * time.Millisecond}
-	}
+	kube.SetCacheBackoff(n, wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 40 * time.Millisecond})
 	var mu sync.Mutex
 	var added, deleted []string
 	name := func(obj any) string {
@@ -250,7 +255,7 @@ func TestNodeCacheDropsPodsDeletedDuringAnOutage(t *testing.T) {
 	}
 }
 
-func mustList(t *testing.T, n *NodeInformers) []*corev1.Pod {
+func mustList(t *testing.T, n *kube.NodeInformers) []*corev1.Pod {
 	t.Helper()
 	pods, err := n.ListPods()
 	if err != nil {

@@ -101,7 +101,7 @@ func repoRoot() string {
 type testNode struct {
 	name      string
 	namespace string // a namespace of its own for the test's workload pods
-	agent     kubernetes.Interface
+	agent     Interface
 	agentCfg  *rest.Config
 }
 
@@ -137,7 +137,9 @@ func newTestNode(t testing.TB) *testNode {
 		t.Fatal(err)
 	}
 	n.agentCfg = cfg
-	n.agent = kubernetes.NewForConfigOrDie(cfg)
+	if n.agent, err = NewClient(cfg); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 

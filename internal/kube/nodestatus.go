@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
@@ -152,7 +151,7 @@ func (o *NodeStatusOptions) validate() error {
 //   - so the first sync reconciles whatever an earlier run (or an earlier design: the
 //     standard entries, PreferNoSchedule taints) left behind.
 type NodeStatus struct {
-	client   kubernetes.Interface
+	client   Interface
 	node     nodeGetter
 	recorder record.EventRecorder
 	opts     NodeStatusOptions
@@ -175,7 +174,7 @@ type nodeGetter interface {
 
 // NewNodeStatus builds a NodeStatus reading this node from informers (which it also
 // watches for other writers' changes; call before informers.Start).
-func NewNodeStatus(client kubernetes.Interface, informers *NodeInformers, recorder record.EventRecorder, opts NodeStatusOptions) (*NodeStatus, error) {
+func NewNodeStatus(client Interface, informers *NodeInformers, recorder record.EventRecorder, opts NodeStatusOptions) (*NodeStatus, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err

@@ -131,10 +131,12 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 		_, err := agent.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + own.name})
 		return err
 	}())
-	if _, err := agent.CoreV1().Secrets(own.namespace).List(ctx, metav1.ListOptions{}); !isForbidden(err) {
+	// What the agent's client cannot even ask, asked with the agent's token.
+	anything := kubernetes.NewForConfigOrDie(own.agentCfg)
+	if _, err := anything.CoreV1().Secrets(own.namespace).List(ctx, metav1.ListOptions{}); !isForbidden(err) {
 		t.Errorf("listing secrets: err = %v, want 403 (RBAC grants no secrets)", err)
 	}
-	if _, err := agent.CoreV1().Pods(own.namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+	if _, err := anything.CoreV1().Pods(own.namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}, metav1.CreateOptions{}); !isForbidden(err) {
 		t.Errorf("creating a pod: err = %v, want 403", err)
 	}

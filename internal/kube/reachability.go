@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
 )
 
 // Reachability records whether the API server answered recently, from every
@@ -103,7 +101,7 @@ func (r *Reachability) Reachable() bool {
 // Check (for /readyz) passes while the last request succeeded and either a
 // watch stream is open or that request is less than 30 s old; otherwise it
 // asks the API server's /readyz itself.
-func (r *Reachability) Check(ctx context.Context, client kubernetes.Interface) error {
+func (r *Reachability) Check(ctx context.Context, client Interface) error {
 	r.mu.Lock()
 	ok, fail, lastErr, watches := r.lastOK, r.lastFail, r.lastErr, r.openWatches
 	r.mu.Unlock()
@@ -113,7 +111,7 @@ func (r *Reachability) Check(ctx context.Context, client kubernetes.Interface) e
 	if !fail.IsZero() && fail.After(ok) && time.Since(fail) < 5*time.Second {
 		return fmt.Errorf("API server unreachable: %v", lastErr)
 	}
-	if err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+	if err := client.RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
 		return fmt.Errorf("API server unreachable: %w", err)
 	}
 	return nil

@@ -22,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/evictiond/evictiond/internal/kube"
 )
 
 // The kubelet's defaults for its delegated authentication and authorization
@@ -63,10 +63,10 @@ type ReviewLimits struct {
 // 1,000-node fleet only if every node is attacked at once.
 var DefaultReviewLimits = ReviewLimits{PerSource: 1, PerSourceBurst: 5, Total: 10, TotalBurst: 20, Sources: 1024}
 
-// ReviewClient is the two API groups Delegated asks; kubernetes.Interface has both.
+// ReviewClient is the two API groups Delegated asks; kube.Interface has both.
 type ReviewClient interface {
-	AuthenticationV1() authenticationv1client.AuthenticationV1Interface
-	AuthorizationV1() authorizationv1client.AuthorizationV1Interface
+	AuthenticationV1() kube.AuthenticationV1Interface
+	AuthorizationV1() kube.AuthorizationV1Interface
 }
 
 // Delegated asks the API server who a request's bearer token belongs to
@@ -77,8 +77,8 @@ type ReviewClient interface {
 // decisions for allowCacheTTL and denyCacheTTL; errors are not cached), and a token
 // not in either cache is reviewed only if its source's rate limit allows.
 type Delegated struct {
-	tokenReviews  authenticationv1client.TokenReviewInterface
-	accessReviews authorizationv1client.SubjectAccessReviewInterface
+	tokenReviews  kube.TokenReviewInterface
+	accessReviews kube.SubjectAccessReviewInterface
 	limiter       *reviewLimiter
 
 	accepted  *cache.LRUExpireCache // sha256(token) -> authenticationv1.UserInfo

@@ -18,14 +18,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 )
 
 // fakeAPI answers TokenReviews and SubjectAccessReviews from tables and counts them.
 type fakeAPI struct {
-	client *fake.Clientset
+	client *kubefake.Clientset
 	// users: token -> user name; a token not listed is not authenticated.
 	users map[string]string
 	// allowed: user names allowed get /metrics.
@@ -38,8 +39,17 @@ type fakeAPI struct {
 	lastSAR               authorizationv1.SubjectAccessReviewSpec
 }
 
+// emptyAPI is a fake API server without objects (NewClientset fails only on one).
+func emptyAPI() *kubefake.Clientset {
+	c, err := kubefake.NewClientset()
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
 func newFakeAPI() *fakeAPI {
-	f := &fakeAPI{client: fake.NewClientset(), users: map[string]string{}, allowed: map[string]bool{}}
+	f := &fakeAPI{client: emptyAPI(), users: map[string]string{}, allowed: map[string]bool{}}
 	f.client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()

@@ -23,8 +23,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 )
 
@@ -70,9 +70,13 @@ func TestMetricsNeedATokenTheAPIServerAuthorizes(t *testing.T) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	srvCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	agent, err := kube.NewClient(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := Start(srvCtx, Options{
 		Flags:   Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true},
-		Client:  kubernetes.NewForConfigOrDie(agentCfg),
+		Client:  agent,
 		Host:    "node-a",
 		Handler: mux,
 		Log:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),

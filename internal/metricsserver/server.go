@@ -57,7 +57,7 @@ type Options struct {
 	// Handler serves /metrics, /healthz and /readyz; each listener passes on only its paths.
 	Handler http.Handler
 	// Client asks the API server to authenticate and authorize scrapers (Secure only);
-	// a kubernetes.Interface.
+	// a kube.Interface.
 	Client ReviewClient
 	// ReviewLimits bound the TokenReviews of unknown tokens; zero: DefaultReviewLimits.
 	ReviewLimits ReviewLimits

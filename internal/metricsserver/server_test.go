@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes/fake"
 	certutil "k8s.io/client-go/util/cert"
 )
 
@@ -176,7 +175,7 @@ func TestMountedCertificateIsReloadedWhenTheFilesChange(t *testing.T) {
 	certReloadInterval = 200 * time.Millisecond
 	first := writePair()
 	s := start(t, Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
-		Client: fake.NewClientset()})
+		Client: emptyAPI()})
 	if got := servedSerial(t, s.MetricsAddr.String()); got != first.SerialNumber.String() {
 		t.Fatalf("served certificate serial %s, want the mounted one %s", got, first.SerialNumber)
 	}
@@ -199,7 +198,7 @@ func TestStartRefusesABadMountedCertificate(t *testing.T) {
 		}
 	}
 	_, err := Start(context.Background(), Options{Flags: Flags{MetricsAddress: "127.0.0.1:0", HealthAddress: "localhost:0", Secure: true, CertFile: certFile, KeyFile: keyFile},
-		Client: fake.NewClientset(), Handler: http.NotFoundHandler(), Log: slog.New(slog.DiscardHandler)})
+		Client: emptyAPI(), Handler: http.NotFoundHandler(), Log: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file "+certFile) {
 		t.Fatalf("Start with a certificate that is not PEM: %v, want an error naming --tls-cert-file", err)
 	}

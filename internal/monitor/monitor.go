@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/nodefs"
@@ -133,7 +133,6 @@ type Monitor struct {
 	// detectMu serialises redetect; detectFailing logs a failing detection once.
 	detectMu      sync.Mutex
 	detectFailing bool
-	proc          procfs.FS
 	procDir       string
 	nodeFs        string
 	imageFs       string
@@ -173,9 +172,8 @@ func New(cfg Config) (*Monitor, error) {
 		return nil, fmt.Errorf("stats.housekeepingInterval %s: must be positive", cfg.HousekeepingInterval)
 	}
 	procDir := nodefs.HostPath(cfg.HostRoot, cfg.ProcDir)
-	proc, err := procfs.NewFS(procDir)
-	if err != nil {
-		return nil, fmt.Errorf("opening procfs at %s: %w", procDir, err)
+	if fi, err := os.Stat(procDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("opening procfs at %s: not a directory (%v)", procDir, err)
 	}
 	driver, err := ParseCgroupDriver(string(cfg.CgroupDriver))
 	if err != nil {
@@ -204,7 +202,6 @@ func New(cfg Config) (*Monitor, error) {
 		cfg:      cfg,
 		log:      log,
 		detectIn: in,
-		proc:     proc,
 		procDir:  procDir,
 		nodeFs:   nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
 		imageFs:  nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),

@@ -1,10 +1,61 @@
 package monitor
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/evictiond/evictiond/internal/policy"
 )
+
+// readMeminfo reads what procfs.Meminfo reads from this machine's /proc and
+// the fixtures' (procfs is the reference it replaced for speed).
+func TestReadMeminfoAgreesWithProcfs(t *testing.T) {
+	for _, dir := range []string{"/proc", "testdata/v2-systemd/proc"} {
+		fs, err := procfs.NewFS(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fs.Meminfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readMeminfo(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// /proc changes between the two reads: MemTotal does not.
+		if got.memTotal != int64(*want.MemTotalBytes) {
+			t.Errorf("%s: MemTotal %d, procfs %d", dir, got.memTotal, *want.MemTotalBytes)
+		}
+		if want.MemAvailableBytes == nil || got.memAvailable < 0 {
+			t.Errorf("%s: MemAvailable %d, procfs %v", dir, got.memAvailable, want.MemAvailableBytes)
+		} else if dir != "/proc" && got.memAvailable != int64(*want.MemAvailableBytes) {
+			t.Errorf("%s: MemAvailable %d, procfs %d", dir, got.memAvailable, *want.MemAvailableBytes)
+		}
+	}
+}
+
+func TestReadMeminfoRejectsWhatIsNotMeminfo(t *testing.T) {
+	for _, raw := range []string{
+		"",
+		"MemFree: 100 kB\n",
+		"MemTotal: 100\n",
+		"MemTotal: -5 kB\n",
+		"MemTotal: lots kB\n",
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "meminfo"), []byte(raw), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := readMeminfo(dir); err == nil || !strings.Contains(err.Error(), "meminfo") {
+			t.Errorf("%q: %+v, %v; want an error naming the file", raw, m, err)
+		}
+	}
+}
 
 func TestParsePSIRejectsWhatIsNotAStallPercentage(t *testing.T) {
 	for _, raw := range []string{

@@ -17,7 +17,7 @@ import (
 // PIDs and filesystems. Each observation carries the time it was read.
 
 func (m *Monitor) readMemorySignals(b *snapshotBuilder) {
-	mi, err := readMeminfo(m.proc, m.procDir)
+	mi, err := readMeminfo(m.procDir)
 	if err != nil {
 		b.miss(policy.SignalMemoryAvailable, err.Error(), true)
 	} else {
@@ -87,7 +87,7 @@ func (m *Monitor) readAllocatableMemory(b *snapshotBuilder) {
 }
 
 func (m *Monitor) readPSI(b *snapshotBuilder) {
-	node, err := readProcPSI(m.proc, m.procDir)
+	node, err := readProcPSI(m.procDir)
 	at := time.Now()
 	if err != nil {
 		for _, sig := range nodePSISignals {

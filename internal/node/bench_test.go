@@ -2,17 +2,23 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 	"github.com/evictiond/evictiond/internal/monitor"
 	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -40,27 +46,48 @@ func (n statsNode) PodCgroupUIDs() ([]types.UID, error) { return n.stats.PodCgro
 
 // BenchmarkIdlePass is one pass of the loop on a node without pressure, as the
 // agent runs it every second: the default configuration, the cgroup v2 fixture
-// node read by the monitor (signals, filesystems, the pod's volumes), the pod and
-// node caches of the daemon's informers, the node status writer. make
-// bench-footprint prints its allocations; BenchmarkIdleAgent (cmd/evictiond,
-// integration) the whole process's memory and CPU.
+// node read by the monitor (signals, filesystems, the pods' volumes), the pod and
+// node caches of the daemon's informers, the node status writer; with the
+// fixture's one pod, and with 110 (the kubelet's default maxPods: the fixture's
+// pod cgroup cloned). Besides allocs/op it reports kept-B/pass, what the heap
+// holds after a GC per pass run: growth there is a leak a long idle agent would
+// pay for. make bench-footprint prints both; its cluster part the whole
+// process's memory and CPU on a node of 110 pods.
 func BenchmarkIdlePass(b *testing.B) {
+	b.Run("pods=1", func(b *testing.B) { benchIdlePass(b, "../monitor/testdata/v2-systemd", 1) })
+	b.Run("pods=110", func(b *testing.B) { benchIdlePass(b, hostWithPods(b, 110), 110) })
+}
+
+// fixturePod is the fixture host's Burstable pod.
+const fixturePod = "0e7f5a36-9c1e-4f53-9d0a-7f8ac2a1b111"
+
+func benchIdlePass(b *testing.B, hostRoot string, pods int) {
 	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n"))
 	if errs != nil {
 		b.Fatal(errs)
 	}
-	m, err := monitor.New(monitor.Config{HostRoot: "../monitor/testdata/v2-systemd", CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
+	m, err := monitor.New(monitor.Config{HostRoot: hostRoot, CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-7d9f", UID: "0e7f5a36-9c1e-4f53-9d0a-7f8ac2a1b111"},
-		Spec:   v1.PodSpec{NodeName: "node-1", Containers: []v1.Container{{Name: "web"}}, Volumes: []v1.Volume{{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}},
-		Status: v1.PodStatus{Phase: v1.PodRunning, QOSClass: v1.PodQOSBurstable}}
-	no := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	objs := []runtime.Object{&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}}
+	for i := range pods {
+		uid := fixturePod
+		if i > 0 {
+			uid = clonedPodUID(i)
+		}
+		objs = append(objs, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("web-%03d", i), UID: types.UID(uid)},
+			Spec:   v1.PodSpec{NodeName: "node-1", Containers: []v1.Container{{Name: "web"}}, Volumes: []v1.Volume{{Name: "cache", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}},
+			Status: v1.PodStatus{Phase: v1.PodRunning, QOSClass: v1.PodQOSBurstable}})
+	}
 	quiet := simulate.NewNode(&simulate.Scenario{Node: simulate.NodeSpec{Name: "node-1"}}, time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: fake.NewClientset(no, pod), Node: statsNode{Node: quiet, stats: node.Stats{M: m}}},
+	api, err := kubefake.NewClientset(objs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: api, Node: statsNode{Node: quiet, stats: node.Stats{M: m}}},
 		daemon.Options{NodeName: "node-1", NodeStatus: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
@@ -73,8 +100,41 @@ func BenchmarkIdlePass(b *testing.B) {
 	if len(r.Observed.Missing) != 0 {
 		b.Logf("signals not read from the fixture: %v", r.Observed.Missing)
 	}
+	if got := len(r.Observed.Pods); got != pods {
+		b.Fatalf("first pass observed %d pods, want %d", got, pods)
+	}
+	var before, after goruntime.MemStats
+	goruntime.GC()
+	goruntime.ReadMemStats(&before)
 	b.ReportAllocs()
+	n := 0
 	for b.Loop() {
 		d.Agent.Pass(ctx, "bench")
+		n++
 	}
+	goruntime.GC()
+	goruntime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "kept-B/pass")
+}
+
+// clonedPodUID is the UID of the i-th clone of the fixture's pod.
+func clonedPodUID(i int) string { return fmt.Sprintf("0e7f5a36-9c1e-4f53-9d0a-%012d", i) }
+
+// hostWithPods is the cgroup v2 fixture host with its Burstable pod's cgroup cloned to
+// pods pods in all.
+func hostWithPods(b *testing.B, pods int) string {
+	root := b.TempDir()
+	if err := os.CopyFS(root, os.DirFS("../monitor/testdata/v2-systemd")); err != nil {
+		b.Fatal(err)
+	}
+	burstable := filepath.Join(root, "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice")
+	slice := func(uid string) string {
+		return filepath.Join(burstable, "kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+	}
+	for i := 1; i < pods; i++ {
+		if err := os.CopyFS(slice(clonedPodUID(i)), os.DirFS(slice(fixturePod))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return root
 }

@@ -9,11 +9,12 @@ package nodefs
 import (
 	"bytes"
 	"fmt"
-	"io"
+	"io/fs"
 	"math"
-	"os"
 	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // UnlimitedMemory is the kubelet's isMemoryUnlimited cut-off: a memory limit at
@@ -131,28 +132,37 @@ func WorkingSet(usage, inactiveFile int64) int64 {
 }
 
 // ReadSmallFile reads a cgroupfs or procfs file into buf (no fstat, no
-// allocation); a file larger than buf is an error, not a truncated read.
+// allocation); a file larger than buf is an error, not a truncated read. It
+// calls open, read and close itself: os.Open registers every procfs and
+// cgroupfs file with the runtime's poller (two epoll_ctl calls and an
+// *os.File per read), a fifth of the fast poll's CPU at 10 reads a second.
 func ReadSmallFile(path string, buf []byte) ([]byte, error) {
-	f, err := os.Open(path)
+	fd, err := ignoringEINTR(func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, fmt.Errorf("reading %s: %w", path, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	n := 0
 	for {
 		if n == len(buf) {
 			return nil, fmt.Errorf("reading %s: larger than %d bytes", path, len(buf))
 		}
-		k, err := f.Read(buf[n:])
-		n += k
-		if err == io.EOF {
-			return buf[:n], nil
-		}
+		k, err := ignoringEINTR(func() (int, error) { return unix.Read(fd, buf[n:]) })
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
+			return nil, fmt.Errorf("reading %s: %w", path, &fs.PathError{Op: "read", Path: path, Err: err})
 		}
 		if k == 0 {
 			return buf[:n], nil
+		}
+		n += k
+	}
+}
+
+func ignoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
 		}
 	}
 }

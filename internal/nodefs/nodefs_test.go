@@ -2,6 +2,7 @@ package nodefs
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -150,5 +151,29 @@ func TestReadRuntimeFilesystemsTakesTheFirstEntryWithAMountpoint(t *testing.T) {
 	}
 	if _, err := ReadRuntimeFilesystems(context.Background(), &fsInfo{}); err == nil {
 		t.Fatal("no image filesystem: no error")
+	}
+}
+
+// ReadSmallFile reads a whole file, refuses one larger than its buffer, and a missing
+// file's error is os.ErrNotExist naming the path (callers tell "no such cgroup" apart).
+func TestReadSmallFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "memory.stat")
+	if err := os.WriteFile(path, []byte("cache 4096\nrss 8192\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSmallFile(path, make([]byte, 64))
+	if err != nil || string(got) != "cache 4096\nrss 8192\n" {
+		t.Errorf("read %q, %v", got, err)
+	}
+	if _, err := ReadSmallFile(path, make([]byte, 8)); err == nil || !strings.Contains(err.Error(), "larger than 8 bytes") {
+		t.Errorf("into 8 bytes: %v, want an error saying it is larger", err)
+	}
+	missing := filepath.Join(dir, "gone")
+	if _, err := ReadSmallFile(missing, make([]byte, 64)); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing file: %v, want os.ErrNotExist naming %s", err, missing)
+	}
+	if got, err := ReadSmallFile("/proc/self/stat", make([]byte, 4096)); err != nil || len(got) == 0 {
+		t.Errorf("/proc/self/stat: %q, %v", got, err)
 	}
 }

@@ -13,19 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
-	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
-	fakepolicyv1 "k8s.io/client-go/kubernetes/typed/policy/v1/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/brake"
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/eviction"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -289,12 +283,12 @@ func (n *Node) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error 
 // PodDisruptionBudget for the pods the current step refuses, and accepts the
 // escalation's deletes. Neither removes the pod: a scenario says when pods
 // are gone (podsGone), as a kubelet would.
-func (n *Node) Clientset() (*API, error) {
+func (n *Node) Clientset() (*kubefake.Clientset, error) {
 	objs := []runtime.Object{&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: types.UID(n.Name)}}}
 	for _, p := range n.Pods() {
 		objs = append(objs, p)
 	}
-	c, err := newAPI(objs...)
+	c, err := kubefake.NewClientset(objs...)
 	if err != nil {
 		return nil, err
 	}
@@ -342,52 +336,3 @@ func pdbRefusal(name string) error {
 }
 
 var _ daemon.Node = (*Node)(nil)
-
-// API is the part of client-go's fake clientset the daemon uses: core/v1 and
-// policy/v1 over an object tracker. The generated fake.Clientset links a fake
-// of every API group and the apply type converter's schema: 15 MB of the
-// agent's binary for a subcommand. Another group's client is nil: the daemon
-// asks for none (simulate's tests play every example through it).
-type API struct {
-	kubernetes.Interface
-	k8stesting.Fake
-	tracker k8stesting.ObjectTracker
-}
-
-func newAPI(objs ...runtime.Object) (*API, error) {
-	tracker := k8stesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())
-	for _, o := range objs {
-		if err := tracker.Add(o); err != nil {
-			return nil, fmt.Errorf("simulated API server: %w", err)
-		}
-	}
-	c := &API{tracker: tracker}
-	c.AddReactor("*", "*", k8stesting.ObjectReaction(tracker))
-	c.AddWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		var opts metav1.ListOptions
-		if w, ok := action.(k8stesting.WatchActionImpl); ok {
-			opts = w.ListOptions
-		}
-		w, err := tracker.Watch(action.GetResource(), action.GetNamespace(), opts)
-		if err != nil {
-			return false, nil, err
-		}
-		return true, w, nil
-	})
-	return c, nil
-}
-
-// IsWatchListSemanticsUnSupported tells client-go's reflector, as the generated
-// fake does, that the tracker's watch sends no initial events: list, then watch.
-func (c *API) IsWatchListSemanticsUnSupported() bool { return true }
-
-// Tracker holds the API server's objects.
-func (c *API) Tracker() k8stesting.ObjectTracker { return c.tracker }
-
-func (c *API) CoreV1() corev1client.CoreV1Interface {
-	return &fakecorev1.FakeCoreV1{Fake: &c.Fake}
-}
-
-func (c *API) PolicyV1() policyv1client.PolicyV1Interface {
-	return &fakepolicyv1.FakePolicyV1{Fake: &c.Fake}
-}
