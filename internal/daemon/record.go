@@ -137,6 +137,15 @@ func (r *Recorder) Reclaim(ctx context.Context, step policy.ReclaimStep, signal 
 	return res
 }
 
+// ReclaimPodMemory records the pod asked to give memory back and what it freed.
+func (r *Recorder) ReclaimPodMemory(ctx context.Context, pod *v1.Pod, bytes int64) eviction.ReclaimResult {
+	at := r.now()
+	res := r.Node.ReclaimPodMemory(ctx, pod, bytes)
+	r.t.Write(trace.Record{Kind: trace.KindPodReclaim, At: at, Err: errString(res.Err),
+		PodReclaim: &trace.PodReclaim{UID: pod.UID, Asked: bytes, Freed: res.Freed, Items: res.Items}})
+	return res
+}
+
 // Freeze records the brake's freeze.
 func (r *Recorder) Freeze(pod *v1.Pod, maxFreeze time.Duration) (brake.Hold, error) {
 	at := r.now()

@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -217,6 +218,15 @@ func replaySteps(recs []trace.Record) ([]replayStep, *answers, []reload, error) 
 				return nil, nil, nil, fmt.Errorf("trace record %d: reclaim: missing", i+2)
 			}
 			ans.reclaim.add(eviction.ReclaimResult{Freed: r.Reclaim.Freed, Items: r.Reclaim.Items})
+		case trace.KindPodReclaim:
+			if r.PodReclaim == nil {
+				return nil, nil, nil, fmt.Errorf("trace record %d: podReclaim: missing", i+2)
+			}
+			res := eviction.ReclaimResult{Freed: r.PodReclaim.Freed, Items: r.PodReclaim.Items}
+			if r.Err != "" {
+				res.Err = recordedError(r.Err)
+			}
+			ans.podMem.add(res)
 		case trace.KindPass:
 			if r.Pass == nil {
 				continue // the recording's size bound: nothing after it
@@ -248,6 +258,7 @@ type answers struct {
 	fasts   queue[[]policy.Observations]
 	cgroups queue[[]types.UID]
 	reclaim queue[eviction.ReclaimResult]
+	podMem  queue[eviction.ReclaimResult]
 }
 
 // queue gives a recording's answers to one kind of call in order.
@@ -319,4 +330,17 @@ func (n *replayNode) PodCgroupUIDs() ([]types.UID, error) {
 
 func (n *replayNode) Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult {
 	return next(n, &n.answers.reclaim, "Reclaim", false)
+}
+
+func (n *replayNode) ReclaimPodMemory(ctx context.Context, pod *v1.Pod, bytes int64) eviction.ReclaimResult {
+	return next(n, &n.answers.podMem, "ReclaimPodMemory", false)
+}
+
+// recordedError is an error as the trace recorded it; the one the loop tells
+// apart (no memory.reclaim on the node) is itself again.
+func recordedError(msg string) error {
+	if msg == agent.ErrMemoryReclaimUnsupported.Error() {
+		return agent.ErrMemoryReclaimUnsupported
+	}
+	return errors.New(msg)
 }

@@ -72,7 +72,7 @@ func recordScenario(t *testing.T, file string) ([]trace.Record, *policy.Config) 
 
 func TestReplayOfARecordedScenarioAgrees(t *testing.T) {
 	for _, file := range []string{"../../examples/memory-pressure.yaml", "../../examples/memory-brake.yaml",
-		"../../examples/pdb-refusal.yaml", "../../examples/disk-imagefs.yaml"} {
+		"../../examples/pdb-refusal.yaml", "../../examples/disk-imagefs.yaml", "../../examples/memory-reclaim.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			recs, cfg := recordScenario(t, file)
 			ev, br := trace.Decisions(recs)

@@ -33,6 +33,7 @@ const (
 	KindFastReadings = "fastReadings" // Stats.FastReadings
 	KindCgroups      = "cgroups"      // Stats.PodCgroupUIDs
 	KindReclaim      = "reclaim"      // Reclaimer.Reclaim
+	KindPodReclaim   = "podReclaim"   // MemoryReclaimer.ReclaimPodMemory
 	KindBrake        = "brake"        // Freezer: freeze, thaw, kill
 	KindWake         = "wake"         // a wake-up of the kernel's fast path
 	KindPass         = "pass"         // a pass's decisions
@@ -61,10 +62,13 @@ type Record struct {
 	Fasts []Observations `json:"fasts,omitempty"`
 	UIDs  []types.UID    `json:"uids,omitempty"`
 
-	Reclaim *Reclaim   `json:"reclaim,omitempty"`
-	Brake   *BrakeCall `json:"brake,omitempty"`
-	Pass    *Pass      `json:"pass,omitempty"`
-	Err     string     `json:"err,omitempty"`
+	Reclaim *Reclaim `json:"reclaim,omitempty"`
+	// podReclaim: the pod asked to give memory back (memory.reclaim) and
+	// what it freed.
+	PodReclaim *PodReclaim `json:"podReclaim,omitempty"`
+	Brake      *BrakeCall  `json:"brake,omitempty"`
+	Pass       *Pass       `json:"pass,omitempty"`
+	Err        string      `json:"err,omitempty"`
 }
 
 // Observations are readings by signal.
@@ -88,6 +92,14 @@ type Reclaim struct {
 	Need   int64              `json:"need"`
 	Freed  int64              `json:"freed"`
 	Items  int                `json:"items,omitempty"`
+}
+
+// PodReclaim is one pod's memory.reclaim (reclaim before evict).
+type PodReclaim struct {
+	UID   types.UID `json:"uid"`
+	Asked int64     `json:"asked"`
+	Freed int64     `json:"freed"`
+	Items int       `json:"items,omitempty"`
 }
 
 // Brake operations.
@@ -264,12 +276,16 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 }
 
 // Decisions are a trace's decisions in order, one line each: the evictor's
-// answers ("evict shop/web-1 evicted") and, separately, the brake's calls
+// answers ("evict shop/web-1 evicted") and the pods asked to give memory
+// back ("memory.reclaim <uid> <bytes>"), and, separately, the brake's calls
 // ("freeze <uid>", "kill <uid>"). The two lists are kept apart: a kill runs
 // beside the loop, so its place among a pass's records is not fixed.
 func Decisions(recs []Record) (evictions, brake []string) {
 	for _, r := range recs {
 		switch {
+		case r.Kind == KindPodReclaim && r.PodReclaim != nil:
+			// In the loop goroutine, before its pass's evictions: one order.
+			evictions = append(evictions, fmt.Sprintf("memory.reclaim %s %d", r.PodReclaim.UID, r.PodReclaim.Asked))
 		case r.Kind == KindPass && r.Pass != nil:
 			for _, e := range r.Pass.Evictions {
 				evictions = append(evictions, "evict "+e.Pod+" "+e.Outcome)
