@@ -124,6 +124,9 @@ type Cluster struct {
 	KubeletConfig kubeletv1beta1.KubeletConfiguration
 	// BootDuration is how long Start took until the Node was Ready.
 	BootDuration time.Duration
+	// RecordsTrace: the deployed agent records a trace (DeployOptions.ExtraArgs
+	// has --record-trace), in StateDir.
+	RecordsTrace bool
 
 	opts        Options
 	host        *hostState

@@ -108,6 +108,11 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	if err := c.Apply(ctx, manifests); err != nil {
 		return nil, err
 	}
+	for _, a := range opts.ExtraArgs {
+		if strings.HasPrefix(a, "--record-trace=") {
+			c.RecordsTrace = true
+		}
+	}
 	return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
 }
 
