@@ -85,7 +85,7 @@ func (s *ServingCert) Reconcile(ctx context.Context) error {
 	}
 	pair, err := tls.X509KeyPair(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey])
 	if err != nil {
-		return fmt.Errorf("Secret %s/%s: %w", s.cfg.Namespace, s.cfg.Secret, err)
+		return fmt.Errorf("the key pair in Secret %s/%s: %w", s.cfg.Namespace, s.cfg.Secret, err)
 	}
 	s.mu.Lock()
 	s.cert = &pair

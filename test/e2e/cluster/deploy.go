@@ -162,7 +162,7 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 			"stateDir":             filepath.Join(c.Dir, "evictiond-state"),
 		},
 		"extraArgs": []string{"--kubelet-root-dir=" + c.KubeletRootDir, "--image-fs-dir=" + c.Containerd.Root},
-		"extraEnv": apiEnv,
+		"extraEnv":  apiEnv,
 		// As in RenderEvictiond.
 		"evictionWebhook": map[string]any{"hostNetwork": true, "replicas": 1, "extraEnv": apiEnv},
 	}
