@@ -7,6 +7,10 @@
 //     `skopeo copy --all oci:DIR:TAG docker://REF` push as a multi-platform image;
 //   - the host platform's image as a docker-archive tarball (-o), which `ctr images import`
 //     and `docker load` read (the e2e tier imports it);
+//   - with -sbom, each platform's CycloneDX SBOM (<binary>.cdx.json, from `cyclonedx-gomod
+//     bin`) in the layout as an OCI artifact whose subject is that platform's image (a
+//     referrer: `oras discover --oci-layout`, or the layout's index.json, annotation
+//     org.opencontainers.image.ref.name sbom-<os>-<arch>);
 //
 // and prints the index digest. `make image` runs it.
 //
@@ -29,6 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/evictiond/evictiond/internal/testenv/images"
@@ -85,14 +90,47 @@ func main() {
 	version := flag.String("version", "dev", "org.opencontainers.image.version")
 	revision := flag.String("revision", "", "org.opencontainers.image.revision (the commit)")
 	source := flag.String("source", "https://github.com/evictiond/evictiond", "org.opencontainers.image.source")
+	sbom := flag.Bool("sbom", false, "attach each platform's <binary>.cdx.json (CycloneDX) to its image as an OCI referrer")
 	flag.Parse()
-	if err := run(platforms, *ref, *out, *oci, *version, *revision, *source); err != nil {
+	if err := run(platforms, *ref, *out, *oci, *version, *revision, *source, *sbom); err != nil {
 		fmt.Fprintf(os.Stderr, "build-image: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(platforms platformFlag, ref, out, oci, version, revision, source string) error {
+// SBOMMediaType is the CycloneDX JSON media type: the SBOM layer's and, as the artifact's
+// config media type, its artifact type.
+const SBOMMediaType types.MediaType = "application/vnd.cyclonedx+json"
+
+// sbomArtifact is the OCI artifact holding a CycloneDX SBOM whose subject is img.
+func sbomArtifact(sbomPath string, img v1.Image, platform v1.Platform) (v1.Image, error) {
+	data, err := os.ReadFile(sbomPath)
+	if err != nil {
+		return nil, fmt.Errorf("the SBOM of %s: %w", platform, err)
+	}
+	art, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), SBOMMediaType), mutate.Addendum{
+		Layer:       static.NewLayer(data, SBOMMediaType),
+		Annotations: map[string]string{"org.opencontainers.image.title": "sbom.cdx.json"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	size, err := img.Size()
+	if err != nil {
+		return nil, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Subject(art, v1.Descriptor{MediaType: mt, Digest: digest, Size: size}).(v1.Image), nil
+}
+
+func run(platforms platformFlag, ref, out, oci, version, revision, source string, sbom bool) error {
 	if len(platforms) == 0 {
 		return fmt.Errorf("no -platform given")
 	}
@@ -110,6 +148,7 @@ func run(platforms platformFlag, ref, out, oci, version, revision, source string
 	var idx v1.ImageIndex = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	var hostImage v1.Image
 	var sizes []string
+	sboms := map[string]v1.Image{} // by os-arch
 	for _, p := range platforms {
 		if err := checkELF(p.binary, p.platform); err != nil {
 			return err
@@ -135,6 +174,13 @@ func run(platforms platformFlag, ref, out, oci, version, revision, source string
 		}
 		plat := p.platform
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &plat}})
+		if sbom {
+			art, err := sbomArtifact(p.binary+".cdx.json", img, plat)
+			if err != nil {
+				return err
+			}
+			sboms[plat.OS+"-"+plat.Architecture] = art
+		}
 		sizes = append(sizes, fmt.Sprintf("%s %d bytes compressed", plat, size))
 		if plat.OS == "linux" && plat.Architecture == runtime.GOARCH {
 			hostImage = img
@@ -157,6 +203,14 @@ func run(platforms platformFlag, ref, out, oci, version, revision, source string
 		"io.containerd.image.name":          tag.Name(),
 	})); err != nil {
 		return fmt.Errorf("writing the index to %s: %w", oci, err)
+	}
+	for _, p := range platforms {
+		key := p.platform.OS + "-" + p.platform.Architecture
+		if art := sboms[key]; art != nil {
+			if err := lp.AppendImage(art, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "sbom-" + key})); err != nil {
+				return fmt.Errorf("writing the SBOM of %s to %s: %w", key, oci, err)
+			}
+		}
 	}
 	fmt.Printf("%s: %s index %s (%s)\n", oci, ref, digest, strings.Join(sizes, ", "))
 	if out == "" {
