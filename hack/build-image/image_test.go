@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -222,4 +223,25 @@ func binaryMachine(t *testing.T, img v1.Image, path string) elf.Machine {
 	}
 	t.Fatalf("no %s in the image", path)
 	return 0
+}
+
+// TestImageSignsAndVerifies signs a copy of what `make image` wrote with a new key and
+// verifies it with the public key, as a release does (make image-sign, image-verify).
+func TestImageSignsAndVerifies(t *testing.T) {
+	dir := os.Getenv("EVICTIOND_IMAGE_LAYOUT")
+	if dir == "" {
+		t.Fatal("EVICTIOND_IMAGE_LAYOUT is not set: run make test-image")
+	}
+	tmp := t.TempDir()
+	oci := filepath.Join(tmp, "layout")
+	if err := os.CopyFS(oci, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	priv, pub := writeKeyPair(t, tmp, "release")
+	if err := signLayout(oci, priv, "evictiond.io/evictiond"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyLayout(oci, pub, "evictiond.io/evictiond"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -12,7 +12,8 @@
 //     referrer: `oras discover --oci-layout`, or the layout's index.json, annotation
 //     org.opencontainers.image.ref.name sbom-<os>-<arch>);
 //
-// and prints the index digest. `make image` runs it.
+// and prints the index digest. `make image` runs it. `build-image sign` and `build-image
+// verify` add and check a key-based signature of the index in cosign's format (sign.go).
 //
 // The image runs as root, on purpose: the agent writes cgroup.event_control and PSI
 // trigger files (root-owned, mode 0644), reads every process' /proc/<pid> on the host PID
@@ -82,6 +83,9 @@ func checkELF(path string, platform v1.Platform) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "sign" || os.Args[1] == "verify") {
+		os.Exit(signOrVerify(os.Args[1], os.Args[2:]))
+	}
 	var platforms platformFlag
 	flag.Var(&platforms, "platform", "os/arch=binary, once per platform of the index")
 	ref := flag.String("ref", "evictiond.io/evictiond:dev", "image reference")
@@ -96,6 +100,33 @@ func main() {
 		fmt.Fprintf(os.Stderr, "build-image: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// signOrVerify is `build-image sign -key KEY -oci DIR` and `build-image verify -key PUB -oci DIR`.
+func signOrVerify(cmd string, args []string) int {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	key := fs.String("key", "", "sign: PEM PKCS#8 ECDSA P-256 private key; verify: PEM public key")
+	oci := fs.String("oci", "bin/evictiond-image.oci", "OCI image layout holding the image index")
+	repo := fs.String("repository", "evictiond.io/evictiond", "the repository the signature names (cosign's docker-reference)")
+	fs.Parse(args)
+	if *key == "" {
+		fmt.Fprintf(os.Stderr, "build-image %s: -key is required\n", cmd)
+		return 2
+	}
+	if cmd == "sign" {
+		if err := signLayout(*oci, *key, *repo); err != nil {
+			fmt.Fprintf(os.Stderr, "build-image sign: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	digest, err := verifyLayout(*oci, *key, *repo)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build-image verify: %v\n", err)
+		return 1
+	}
+	fmt.Printf("%s: index %s of %s: signature verified with %s\n", *oci, digest, *repo, *key)
+	return 0
 }
 
 // SBOMMediaType is the CycloneDX JSON media type: the SBOM layer's and, as the artifact's
