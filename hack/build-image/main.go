@@ -133,18 +133,22 @@ func signOrVerify(cmd string, args []string) int {
 // config media type, its artifact type.
 const SBOMMediaType types.MediaType = "application/vnd.cyclonedx+json"
 
+// artifact is an OCI artifact manifest: config media type artifactType (its artifact type,
+// OCI 1.1's rule when no artifactType field is set), one layer of data, and subject.
+func artifact(artifactType, layerType types.MediaType, data []byte, layerAnnotations map[string]string, subject v1.Descriptor) (v1.Image, error) {
+	art, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), artifactType),
+		mutate.Addendum{Layer: static.NewLayer(data, layerType), Annotations: layerAnnotations})
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Subject(art, subject).(v1.Image), nil
+}
+
 // sbomArtifact is the OCI artifact holding a CycloneDX SBOM whose subject is img.
 func sbomArtifact(sbomPath string, img v1.Image, platform v1.Platform) (v1.Image, error) {
 	data, err := os.ReadFile(sbomPath)
 	if err != nil {
 		return nil, fmt.Errorf("the SBOM of %s: %w", platform, err)
-	}
-	art, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), SBOMMediaType), mutate.Addendum{
-		Layer:       static.NewLayer(data, SBOMMediaType),
-		Annotations: map[string]string{"org.opencontainers.image.title": "sbom.cdx.json"},
-	})
-	if err != nil {
-		return nil, err
 	}
 	digest, err := img.Digest()
 	if err != nil {
@@ -158,7 +162,8 @@ func sbomArtifact(sbomPath string, img v1.Image, platform v1.Platform) (v1.Image
 	if err != nil {
 		return nil, err
 	}
-	return mutate.Subject(art, v1.Descriptor{MediaType: mt, Digest: digest, Size: size}).(v1.Image), nil
+	return artifact(SBOMMediaType, SBOMMediaType, data, map[string]string{"org.opencontainers.image.title": "sbom.cdx.json"},
+		v1.Descriptor{MediaType: mt, Digest: digest, Size: size})
 }
 
 func run(platforms platformFlag, ref, out, oci, version, revision, source string, sbom bool) error {

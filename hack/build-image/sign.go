@@ -14,10 +14,7 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -106,14 +103,12 @@ func signLayout(oci, keyFile, repo string) error {
 	if err != nil {
 		return err
 	}
-	art, err := mutate.Append(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), SignatureArtifactType), mutate.Addendum{
-		Layer:       static.NewLayer(payload, SimpleSigningType),
-		Annotations: map[string]string{SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
-	})
+	art, err := artifact(SignatureArtifactType, SimpleSigningType, payload,
+		map[string]string{SignatureAnnotation: base64.StdEncoding.EncodeToString(sig)},
+		v1.Descriptor{MediaType: desc.MediaType, Digest: desc.Digest, Size: desc.Size})
 	if err != nil {
 		return err
 	}
-	art = mutate.Subject(art, v1.Descriptor{MediaType: desc.MediaType, Digest: desc.Digest, Size: desc.Size}).(v1.Image)
 	name := strings.Replace(desc.Digest.String(), ":", "-", 1) + ".sig"
 	if err := lp.AppendImage(art, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": name})); err != nil {
 		return err
