@@ -64,6 +64,7 @@ func TestNodeV2(t *testing.T) {
 	n := startNode(t)
 	t.Run("Node", func(t *testing.T) { testNode(t, n) })
 	t.Run("InstallDefaults", func(t *testing.T) { testInstallDefaults(t, n) })
+	t.Run("HostWritesRefused", func(t *testing.T) { testHostWritesRefused(t, n) })
 	t.Run("MemoryRampAndNodeStatus", func(t *testing.T) { testMemoryRampAndNodeStatus(t, n) })
 	t.Run("BrakeFreezesAndKills", func(t *testing.T) { testBrake(t, n) })
 	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, n) })
