@@ -16,7 +16,7 @@ RELEASE=evictiond
 NAMESPACE=evictiond-system
 # deploy/'s files in kustomization order (the Namespace first); any other template the
 # defaults render follows, sorted.
-ORDER=(namespace.yaml rbac.yaml admission-policy.yaml flowcontrol.yaml configmap.yaml daemonset.yaml)
+ORDER=(namespace.yaml rbac.yaml admission-policy.yaml eviction-webhook.yaml flowcontrol.yaml configmap.yaml daemonset.yaml)
 
 check=false
 case "${1:-}" in

@@ -16,6 +16,7 @@ Usage:
                                       what evictiond sees on this node: signals, filesystems, pods
   evictiond validate -f FILE          check a configuration; print it with defaults applied
   evictiond simulate -f SCENARIO      run the decision path over a scenario on a virtual clock
+  evictiond webhook [flags]           the admission webhook that holds each agent's evictions to its node
   evictiond help                      this text
 
 Run 'evictiond COMMAND -h' for a command's flags.

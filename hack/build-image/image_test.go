@@ -6,10 +6,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -36,10 +39,21 @@ func TestImageIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	topManifest, err := top.IndexManifest()
-	if err != nil || len(topManifest.Manifests) != 1 {
-		t.Fatalf("%s/index.json: %d entries (%v), want the one image index", dir, len(topManifest.Manifests), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	idx, err := top.ImageIndex(topManifest.Manifests[0].Digest)
+	var indexes, artifacts []v1.Descriptor
+	for _, d := range topManifest.Manifests {
+		if d.MediaType.IsIndex() {
+			indexes = append(indexes, d)
+		} else {
+			artifacts = append(artifacts, d)
+		}
+	}
+	if len(indexes) != 1 {
+		t.Fatalf("%s/index.json: %d image indexes, want one", dir, len(indexes))
+	}
+	idx, err := top.ImageIndex(indexes[0].Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +93,7 @@ func TestImageIndex(t *testing.T) {
 		if arch == runtime.GOARCH {
 			hostID, _ = img.ConfigName()
 		}
+		checkSBOM(t, top, artifacts, desc)
 	}
 	for arch := range want {
 		if !seen[arch] {
@@ -97,6 +112,76 @@ func TestImageIndex(t *testing.T) {
 	if err != nil || id != hostID {
 		t.Errorf("docker-archive %s holds image %s (%v), want the index's linux/%s image %s", tarPath, id, err, runtime.GOARCH, hostID)
 	}
+}
+
+// checkSBOM finds the layout's artifact whose subject is the platform image img and checks
+// it holds a CycloneDX SBOM of evictiond's module that lists client-go at go.mod's version.
+func checkSBOM(t *testing.T, top v1.ImageIndex, artifacts []v1.Descriptor, img v1.Descriptor) {
+	t.Helper()
+	for _, d := range artifacts {
+		art, err := top.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := art.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == nil || m.Subject.Digest != img.Digest {
+			continue
+		}
+		if m.Config.MediaType != SBOMMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != SBOMMediaType {
+			t.Errorf("%s: the SBOM artifact %s has config %s and layers %v, want %s", img.Platform, d.Digest, m.Config.MediaType, m.Layers, SBOMMediaType)
+			return
+		}
+		layers, _ := art.Layers()
+		rc, err := layers[0].Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		var bom struct {
+			BOMFormat string `json:"bomFormat"`
+			Metadata  struct {
+				Component struct{ Name string } `json:"component"`
+			} `json:"metadata"`
+			Components []struct{ Name, Version string } `json:"components"`
+		}
+		if err := json.NewDecoder(rc).Decode(&bom); err != nil {
+			t.Fatalf("%s: the SBOM is not JSON: %v", img.Platform, err)
+		}
+		if bom.BOMFormat != "CycloneDX" || bom.Metadata.Component.Name != "github.com/evictiond/evictiond" {
+			t.Errorf("%s: SBOM format %q of %q, want CycloneDX of github.com/evictiond/evictiond", img.Platform, bom.BOMFormat, bom.Metadata.Component.Name)
+		}
+		want := moduleVersion(t, "k8s.io/client-go")
+		for _, c := range bom.Components {
+			if c.Name == "k8s.io/client-go" {
+				if c.Version != want {
+					t.Errorf("%s: SBOM lists k8s.io/client-go %s, go.mod %s", img.Platform, c.Version, want)
+				}
+				return
+			}
+		}
+		t.Errorf("%s: the SBOM lists no k8s.io/client-go (%d components)", img.Platform, len(bom.Components))
+		return
+	}
+	t.Errorf("%s: no SBOM artifact in the layout has the image %s as its subject", img.Platform, img.Digest)
+}
+
+// moduleVersion is mod's version in the repository's go.mod.
+func moduleVersion(t *testing.T, mod string) string {
+	t.Helper()
+	data, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == mod {
+			return f[1]
+		}
+	}
+	t.Fatalf("go.mod does not require %s", mod)
+	return ""
 }
 
 // binaryMachine reads the ELF header of the image's file at path (no leading slash).
@@ -138,4 +223,25 @@ func binaryMachine(t *testing.T, img v1.Image, path string) elf.Machine {
 	}
 	t.Fatalf("no %s in the image", path)
 	return 0
+}
+
+// TestImageSignsAndVerifies signs a copy of what `make image` wrote with a new key and
+// verifies it with the public key, as a release does (make image-sign, image-verify).
+func TestImageSignsAndVerifies(t *testing.T) {
+	dir := os.Getenv("EVICTIOND_IMAGE_LAYOUT")
+	if dir == "" {
+		t.Fatal("EVICTIOND_IMAGE_LAYOUT is not set: run make test-image")
+	}
+	tmp := t.TempDir()
+	oci := filepath.Join(tmp, "layout")
+	if err := os.CopyFS(oci, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	priv, pub := writeKeyPair(t, tmp, "release")
+	if err := signLayout(oci, priv, "evictiond.io/evictiond"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verifyLayout(oci, pub, "evictiond.io/evictiond"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -110,11 +110,12 @@ func TestAgentServiceAccountIsLimitedToItsOwnNode(t *testing.T) {
 		return agent.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
 	}
 	mustAllow("evict a pod of its own node", evict(ownPod2))
-	// Documented limitation (docs/rbac.md): an Eviction names only the pod, and the API
-	// deletes it without a second admission pass, so neither RBAC nor admission can tie
-	// evictions to the agent's node. This asserts the documented behaviour.
+	// Why the chart has an eviction webhook (docs/rbac.md): an Eviction names only the
+	// pod, and the API server deletes it without a second admission pass, so the policy
+	// alone (this tier loads no webhook) cannot tie evictions to the agent's node.
+	// TestEvictiond/EvictionsHeldToTheAgentsNode proves the webhook does.
 	if err := evict(otherPod2); err != nil {
-		t.Errorf("evicting another node's pod was refused (%v): docs/rbac.md says the API cannot scope it; update the docs", err)
+		t.Errorf("evicting another node's pod was refused by the policy alone (%v): docs/rbac.md says it cannot; update the docs", err)
 	}
 
 	// The agent's identity without a node binding (here: impersonated, no extra at all)

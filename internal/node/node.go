@@ -207,7 +207,10 @@ func (n *Node) reclaimOptions(c *policy.Config) reclaim.Options {
 func (n *Node) notifyOptions(c *policy.Config) notify.Options {
 	opts := notify.OptionsFromConfig(c)
 	opts.CgroupRoot = filepath.Join(n.paths.HostRoot, "/sys/fs/cgroup")
-	opts.ProcRoot = filepath.Join(n.paths.HostRoot, "/proc")
+	// The agent's own procfs, not the host mount's: PSI triggers are armed by writing
+	// /proc/pressure/memory, and the chart mounts the host's /proc recursively read-only
+	// (its core_pattern, sysrq-trigger). PSI and meminfo are the node's in any PID namespace.
+	opts.ProcRoot = notify.DefaultProcRoot
 	opts.KubepodsCgroup = n.kubepods
 	opts.ReadMemory = func() (policy.Observations, error) { return n.ObserveFast(), nil }
 	opts.Logger, opts.Metrics = n.log, n.notifyMetrics // notify adds its component

@@ -38,6 +38,8 @@ func TestEvictiond(t *testing.T) {
 	})
 	createNamespace(t, c.Client, unevictableNamespace)
 
+	t.Run("EvictionsHeldToTheAgentsNode", func(t *testing.T) { testEvictionsHeldToTheAgentsNode(t, c) })
+	t.Run("HostWritesRefused", func(t *testing.T) { testHostWritesRefused(t, c) })
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c) })
 	t.Run("PDB", func(t *testing.T) { testPDB(t, c) })

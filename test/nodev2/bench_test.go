@@ -86,7 +86,7 @@ func TestBenchNodeV2(t *testing.T) {
 			if i > 0 {
 				verb = "upgrade"
 			}
-			n.helmRun(t, verb, "evictiond", "charts/evictiond", "--namespace", evictiondNamespace, "--create-namespace", "--set-file", "configYAML="+file)
+			n.helmRun(t, verb, "evictiond", "charts/evictiond", "--namespace", evictiondNamespace, "--create-namespace", "--set-file", "configYAML="+file, noEvictionWebhook)
 			var old types.UID
 			if i > 0 {
 				// A new pod, so that the fields that take effect on restart (the brake) do.

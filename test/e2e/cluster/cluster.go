@@ -189,7 +189,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	apiDone := make(chan apiResult, 1)
 	go func() {
-		env, err := apiserver.Start(apiserver.Options{StartTimeout: opts.StartTimeout, AuditLog: opts.AuditLog})
+		// No kube-proxy: the API server reaches webhooks (evictiond's eviction webhook) at
+		// their Service's endpoints, not its cluster IP.
+		env, err := apiserver.Start(apiserver.Options{StartTimeout: opts.StartTimeout, AuditLog: opts.AuditLog,
+			ExtraAPIServerArgs: []string{"--enable-aggregator-routing=true"}})
 		apiDone <- apiResult{env, err}
 	}()
 	var apiCollected bool
@@ -328,7 +331,7 @@ func (c *Cluster) startControlPlaneExtras(binDir string) error {
 		LogPath: filepath.Join(c.Dir, "kube-controller-manager-workloads.log"),
 		Args: []string{
 			"--kubeconfig=" + c.KubeconfigPath,
-			"--controllers=daemonset-controller,deployment-controller,replicaset-controller,node-lifecycle-controller",
+			"--controllers=daemonset-controller,deployment-controller,replicaset-controller,node-lifecycle-controller,endpoints-controller,endpointslice-controller",
 			"--leader-elect=false",
 			"--secure-port=0",
 			"--v=1",

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,6 +39,9 @@ const (
 	EvictiondNamespace = "evictiond-system"
 	EvictiondDaemonSet = "evictiond"
 	EvictiondConfigMap = "evictiond-config"
+	// The eviction webhook's Deployment and its ValidatingWebhookConfiguration.
+	EvictionWebhook              = "evictiond-webhook"
+	EvictionWebhookConfiguration = "evictiond-own-node-evictions"
 	// EvictiondImage is the reference `make image` tags the image with (Makefile IMAGE).
 	EvictiondImage = "evictiond.io/evictiond:dev"
 )
@@ -154,6 +158,10 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 		}
 		config = cm.Data["config.yaml"]
 	}
+	apiEnv := []map[string]string{
+		{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+		{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
+	}
 	values := map[string]any{
 		"image": map[string]any{"pullPolicy": "Never"},
 		// Verbatim, as the overlay has it: `config` would be deep-merged with the chart's
@@ -167,10 +175,9 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 			"stateDir":             filepath.Join(c.Dir, "evictiond-state"),
 		},
 		"extraArgs": []string{"--kubelet-root-dir=" + c.KubeletRootDir, "--image-fs-dir=" + c.Containerd.Root},
-		"extraEnv": []map[string]string{
-			{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-			{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
-		},
+		"extraEnv":  apiEnv,
+		// As in RenderEvictiond.
+		"evictionWebhook": map[string]any{"hostNetwork": true, "replicas": 1, "extraEnv": apiEnv},
 	}
 	keep, reduced, err := runtimeCapabilities(repoRoot)
 	if err != nil {
@@ -256,7 +263,7 @@ spec:
             - --kubelet-root-dir=%[7]s
             - --image-fs-dir=%[8]s
             - --pod-logs-dir=%[5]s
-%[9]s          # deploy/ mounts the pod logs at /host/var/log/pods, a mount point the read-only
+%[10]s          # deploy/ mounts the pod logs at /host/var/log/pods, a mount point the read-only
           # host mount must already hold; this machine has no /var/log/pods (the kubelet's
           # logs are in the cluster's tree), so the volume goes where the logs are.
           volumeMounts:
@@ -274,8 +281,26 @@ spec:
           hostPath: {path: %[5]q, type: DirectoryOrCreate}
         - name: state
           hostPath: {path: %[6]q, type: DirectoryOrCreate}
+---
+# No kube-proxy and an API server on loopback: the webhook, like the agent, on the host
+# network (one replica: one port per node).
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[9]s
+  namespace: %[2]s
+spec:
+  replicas: 1
+  template:
+    spec:
+      hostNetwork: true
+      containers:
+        - name: webhook
+          env:
+            - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+            - {name: KUBERNETES_SERVICE_PORT, value: %[3]q}
 `, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"),
-		c.KubeletRootDir, c.Containerd.Root, extraArgLines(extraArgs))
+		c.KubeletRootDir, c.Containerd.Root, EvictionWebhook, extraArgLines(extraArgs))
 	// kustomize takes no absolute resource paths: point at the overlay relative to dir.
 	overlay, err := filepath.Rel(dir, filepath.Join(repoRoot, "test", "e2e", "overlay"))
 	if err != nil {
@@ -387,17 +412,48 @@ func (c *Cluster) WaitEvictiondReady(ctx context.Context, timeout time.Duration)
 				last += fmt.Sprintf("; container %s last exit %d (%s), restarts %d", cs.Name, lt.ExitCode, lt.Reason, cs.RestartCount)
 			}
 		}
-		if dsReady(ds) && podIsReady(pod) {
-			ready = pod
-			return true, nil
+		if !dsReady(ds) || !podIsReady(pod) {
+			return false, nil
 		}
-		return false, nil
+		webhookReady, why := c.EvictionWebhookReady(ctx)
+		if !webhookReady {
+			last += "; " + why
+			return false, nil
+		}
+		ready = pod
+		return true, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("evictiond DaemonSet not ready after %s: %w (last seen: %s)\n--- evictiond log ---\n%s\n--- kubelet log ---\n%s",
 			timeout, err, last, c.EvictiondLogTail(40), c.LogTail("kubelet", 20))
 	}
 	return ready, nil
+}
+
+// EvictionWebhookReady reports whether the eviction webhook, when deployed, can answer:
+// every replica Ready and its CA in the webhook configuration. Until then the agent's
+// evictions are refused (failurePolicy Fail).
+func (c *Cluster) EvictionWebhookReady(ctx context.Context) (bool, string) {
+	vwc, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, EvictionWebhookConfiguration, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, "" // evictionWebhook.enabled=false
+	}
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, w := range vwc.Webhooks {
+		if len(w.ClientConfig.CABundle) == 0 {
+			return false, "eviction webhook: no caBundle yet"
+		}
+	}
+	d, err := c.Client.AppsV1().Deployments(EvictiondNamespace).Get(ctx, EvictionWebhook, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	if d.Spec.Replicas == nil || d.Status.ReadyReplicas < *d.Spec.Replicas || d.Status.UpdatedReplicas < *d.Spec.Replicas {
+		return false, fmt.Sprintf("eviction webhook: %d of %d replicas ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+	}
+	return true, ""
 }
 
 func dsReady(ds *appsv1.DaemonSet) bool {
