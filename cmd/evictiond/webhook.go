@@ -16,8 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	admissionregistrationv1 "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -70,20 +68,16 @@ func serveWebhook(ctx context.Context, address, agent, kubeconfig string, cc adm
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "evictiond-webhook"
-	core, err := typedcorev1.NewForConfig(cfg)
+	client, err := daemon.NewAdmissionClient(cfg)
 	if err != nil {
-		return fmt.Errorf("core/v1 client: %w", err)
+		return err
 	}
-	reg, err := admissionregistrationv1.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("admissionregistration/v1 client: %w", err)
-	}
-	cert := admission.NewServingCert(cc, core, reg, log)
+	cert := admission.NewServingCert(cc, client.Secrets(cc.Namespace), client.ValidatingWebhookConfigurations(), log)
 	go cert.Run(ctx, 10*time.Minute, 2*time.Second)
 
 	reviewer := &admission.EvictionReviewer{Agent: agent, Log: log,
 		GetPod: func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-			return core.Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+			return client.Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		}}
 	mux := http.NewServeMux()
 	mux.Handle("/validate-eviction", reviewer)

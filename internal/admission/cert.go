@@ -13,12 +13,11 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	admissionregistrationv1 "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certutil "k8s.io/client-go/util/cert"
 )
 
@@ -43,8 +42,8 @@ type CertConfig struct {
 // and no key in the chart: a rendered manifest that carried a key would put it in Git.
 type ServingCert struct {
 	cfg      CertConfig
-	secrets  typedcorev1.SecretInterface
-	webhooks admissionregistrationv1.ValidatingWebhookConfigurationInterface
+	secrets  SecretClient
+	webhooks WebhookConfigurationClient
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -52,11 +51,27 @@ type ServingCert struct {
 	cert *tls.Certificate
 }
 
-func NewServingCert(cfg CertConfig, core typedcorev1.CoreV1Interface, reg admissionregistrationv1.AdmissionregistrationV1Interface, log *slog.Logger) *ServingCert {
+// SecretClient is the webhook's Secret as ServingCert uses it (client-go's typed
+// SecretInterface, or kube.AdmissionClient's, which links no clientset).
+type SecretClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Secret, error)
+	Create(ctx context.Context, secret *corev1.Secret, opts metav1.CreateOptions) (*corev1.Secret, error)
+	Update(ctx context.Context, secret *corev1.Secret, opts metav1.UpdateOptions) (*corev1.Secret, error)
+}
+
+// WebhookConfigurationClient is the ValidatingWebhookConfigurations as ServingCert uses them.
+type WebhookConfigurationClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*admissionregistrationv1.ValidatingWebhookConfiguration, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error)
+}
+
+// NewServingCert keeps cfg's certificate in secrets (the Secret's namespace) and its CA
+// in webhooks' configuration.
+func NewServingCert(cfg CertConfig, secrets SecretClient, webhooks WebhookConfigurationClient, log *slog.Logger) *ServingCert {
 	if cfg.Validity == 0 {
 		cfg.Validity = 365 * 24 * time.Hour
 	}
-	return &ServingCert{cfg: cfg, secrets: core.Secrets(cfg.Namespace), webhooks: reg.ValidatingWebhookConfigurations(), log: log, now: time.Now}
+	return &ServingCert{cfg: cfg, secrets: secrets, webhooks: webhooks, log: log, now: time.Now}
 }
 
 // GetCertificate is tls.Config.GetCertificate; nil until the first Reconcile succeeds.

@@ -22,7 +22,7 @@ func TestServingCertCreatesRenewsAndPublishesItsCA(t *testing.T) {
 		Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "a.evictiond.io"}, {Name: "b.evictiond.io"}},
 	})
 	cfg := CertConfig{Namespace: "evictiond-system", Secret: "evictiond-webhook-tls", Service: "evictiond-webhook", WebhookConfiguration: "evictiond-eviction"}
-	s := NewServingCert(cfg, client.CoreV1(), client.AdmissionregistrationV1(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewServingCert(cfg, client.CoreV1().Secrets(cfg.Namespace), client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if _, err := s.GetCertificate(&tls.ClientHelloInfo{}); err == nil || s.Ready() {
 		t.Fatal("a certificate before the first Reconcile")
 	}
@@ -49,7 +49,7 @@ func TestServingCertCreatesRenewsAndPublishesItsCA(t *testing.T) {
 	}
 
 	// A second replica serves the same pair; nothing is rewritten.
-	other := NewServingCert(cfg, client.CoreV1(), client.AdmissionregistrationV1(), s.log)
+	other := NewServingCert(cfg, client.CoreV1().Secrets(cfg.Namespace), client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), s.log)
 	if err := other.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -239,11 +239,17 @@ func SetClientLimits(c *rest.Config) {
 	c.QPS, c.Burst = ClientQPS, ClientBurst
 }
 
-// RestConfig is the API server's client configuration: in-cluster when
+// NewAdmissionClient is the eviction webhook's API client (kube.AdmissionClient),
+// for `evictiond webhook`, which must not import kube.
+func NewAdmissionClient(c *rest.Config) (*kube.AdmissionClient, error) {
+	return kube.NewAdmissionClient(c)
+}
+
 // NewClient is the API client of the groups the agent calls (kube.Client), for
 // the subcommands that ask the API server too (observe).
 func NewClient(c *rest.Config) (*kube.Client, error) { return kube.NewClient(c) }
 
+// RestConfig is the API server's client configuration: in-cluster when
 // kubeconfig is empty.
 func RestConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {

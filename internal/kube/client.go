@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +46,11 @@ func init() {
 	utilruntime.Must(policyv1.AddToScheme(Scheme))
 	utilruntime.Must(authenticationv1.AddToScheme(Scheme))
 	utilruntime.Must(authorizationv1.AddToScheme(Scheme))
+	// The eviction webhook: its configuration (AdmissionClient) and the AdmissionReview it
+	// answers (internal/admission decodes it as JSON; registered so that every API type the
+	// binary links is one of Scheme's).
+	utilruntime.Must(admissionregistrationv1.AddToScheme(Scheme))
+	utilruntime.Must(admissionv1.AddToScheme(Scheme))
 }
 
 // Interface is the API server as evictiond calls it, in client-go's shapes
