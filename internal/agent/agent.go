@@ -40,6 +40,9 @@ type Options struct {
 	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
 	Sleep  func(time.Duration)
 	Logger *slog.Logger
+	// LoopJournal keeps the eviction loop records across restarts
+	// (LoopJournalPath); "": in memory only (simulate).
+	LoopJournal string
 }
 
 // Agent is the decision loop and its state.
@@ -72,6 +75,8 @@ type Agent struct {
 	// passes; offLoop runs the brake's kills beside the loop (victims.go).
 	watch   *gracefulWatch
 	offLoop *offLoop
+	// loops is eviction loop detection and backoff (loops.go).
+	loops loopState
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -91,6 +96,9 @@ type Deps struct {
 	Metrics   *metrics.Metrics
 	// Freezer is the brake's (brake.PodFreezer); nil: no pod cgroups to freeze.
 	Freezer Freezer
+	// Owners names a looping workload in its Event (kube.WorkloadRefs); nil:
+	// the Event carries no UID.
+	Owners Owners
 }
 
 // New returns an agent deciding with cfg.
@@ -109,6 +117,7 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
 		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop()}
 	a.resetThresholdGauges()
+	a.initLoops(opts.LoopJournal, deps.Owners)
 	return a
 }
 
@@ -179,6 +188,7 @@ func (a *Agent) Run(ctx context.Context) {
 
 func (a *Agent) applyConfig(cfg *policy.Config) {
 	a.engine.SetConfig(cfg)
+	a.loops.tracker.SetConfig(cfg.Loops)
 	if a.opts.OnConfig != nil {
 		a.opts.OnConfig(cfg)
 	}
@@ -209,6 +219,9 @@ type Report struct {
 	// Brake is the brake's decision and actions, when a threshold eviction
 	// was due.
 	Brake *BrakeReport
+	// Loops are the eviction loop verdicts of the pass's evictions (a
+	// workload in a loop, and its backoff).
+	Loops []policy.LoopVerdict
 }
 
 // ReclaimReport is one node-level reclaim run.
@@ -234,6 +247,7 @@ func (a *Agent) Pass(ctx context.Context, source string) Report {
 	rep := a.pass(ctx, source)
 	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
+	rep.Loops = a.takeLoopVerdicts()
 	return rep
 }
 
@@ -255,6 +269,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
 	a.finishKills()
+	a.expireLoops()
 
 	a.evictor.ReportPending(ctx, a.log)
 	listed, err := a.pods.ListPods()
@@ -572,6 +587,7 @@ func (a *Agent) recordEviction(res eviction.Result, cands []policy.Candidate, ob
 	}
 	if res.Outcome.Disrupted() {
 		a.engine.Evicted(*v)
+		a.noteLoopEviction(*v)
 	}
 	return res
 }

@@ -56,7 +56,10 @@ type Options struct {
 	// NodeStatus runs the node status writer (conditions, taints); it needs
 	// the node informer, so Deps.Pods must be nil.
 	NodeStatus bool
-	Logger     *slog.Logger
+	// LoopJournal keeps the eviction loop records across restarts
+	// (agent.LoopJournalPath); "": in memory only.
+	LoopJournal string
+	Logger      *slog.Logger
 }
 
 // Daemon is one node's agent with its parts.
@@ -135,12 +138,13 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		return d, err
 	}
 	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node,
-		Recorder: d.deps.Recorder, Metrics: deps.Metrics}
+		Recorder: d.deps.Recorder, Metrics: deps.Metrics, Owners: kube.WorkloadRefs{Client: deps.Client}}
 	if d.Status != nil {
 		ad.Status = d.Status
 	}
 	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Node.Wake(),
-		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
+		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure,
+		LoopJournal: opts.LoopJournal})
 	deps.Node.OnBrakeExpired(d.Agent.BrakeExpired)
 	if d.Status != nil {
 		// A restart (a crash, an upgrade) does not release the pressure the node

@@ -56,6 +56,8 @@ type EvictionConfiguration struct {
 	NodeStatus NodeStatusSettings `json:"nodeStatus"`
 	Reclaim    ReclaimSettings    `json:"reclaim"`
 	Brake      BrakeSettings      `json:"brake"`
+	// EvictionLoops: loop detection per workload and its backoff.
+	EvictionLoops EvictionLoopsSettings `json:"evictionLoops"`
 	// DryRun runs the whole decision path and reports "would evict" / "would
 	// remove" without any write but Events and metrics.
 	DryRun bool `json:"dryRun"`
