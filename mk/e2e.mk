@@ -51,3 +51,17 @@ bench-ramp: k8s-binaries containerd-binaries e2e-deps
 demo-cluster: k8s-binaries containerd-binaries e2e-deps
 	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) $(GO) test -tags 'e2e demo' -count=1 -timeout 15m -run '^TestDemo$$' -v ./test/e2e/ \
 		| grep --line-buffered -E '^(demo:|--- FAIL|FAIL)|_test.go:'"
+
+# make bench-loop: a Deployment of one leaking pod (100 MiB/s, past evictiond's threshold in
+# about 25 s) for BENCH_LOOP_DURATION (10m) on the kubelet alone, then with evictiond (loop
+# backoff from 1 min), each on a fresh cluster: evictions of the workload minute by minute,
+# node memory-tainted time, EvictionLoop Events, bystanders evicted, OOM kills. Holds the
+# cluster ~22 min. See docs/benchmarks.md ("Eviction loops").
+BENCH_LOOP_OUT      ?= bin/bench-loop.md
+BENCH_LOOP_DURATION ?= 10m
+
+.PHONY: bench-loop
+bench-loop: k8s-binaries containerd-binaries e2e-deps
+	@mkdir -p $(dir $(BENCH_LOOP_OUT))
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) BENCH_LOOP_OUT=$(abspath $(BENCH_LOOP_OUT)) BENCH_LOOP_DURATION=$(BENCH_LOOP_DURATION) \
+		$(GO) test -tags 'e2e bench_loop' -count=1 -timeout 60m -run '^TestBenchLoop$$' -v ./test/e2e/

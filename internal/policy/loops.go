@@ -291,11 +291,11 @@ func meanRate(evs []LoopEviction) float64 {
 func (v LoopVerdict) Describe(node string) string {
 	mem := "n/a"
 	if v.Last.Memory > 0 {
-		mem = FormatValue(SignalMemoryAvailable, v.Last.Memory)
+		mem = fmt.Sprintf("%dMi", v.Last.Memory>>20)
 	}
 	rate := "n/a"
 	if v.Rate > 0 {
-		rate = FormatValue(SignalMemoryAvailable, int64(v.Rate)) + "/s"
+		rate = fmt.Sprintf("%.1fMi/s", v.Rate/(1<<20))
 	}
 	return fmt.Sprintf("Eviction loop on node %s: %d evictions of %s (last: pod %s, %s, working set %s at eviction, growth %s); node kept under %s pressure (NoSchedule) for %s, until %s",
 		node, v.Count, v.Workload, v.Last.Pod, v.Last.Signal, mem, rate, v.Last.Signal.Resource(), v.Backoff, v.Until.UTC().Format(time.RFC3339))
