@@ -188,7 +188,7 @@ func (a *Agent) Run(ctx context.Context) {
 
 func (a *Agent) applyConfig(cfg *policy.Config) {
 	a.engine.SetConfig(cfg)
-	a.loops.tracker.SetConfig(cfg.Loops)
+	a.reconfigureLoops(cfg.Loops)
 	if a.opts.OnConfig != nil {
 		a.opts.OnConfig(cfg)
 	}

@@ -134,6 +134,23 @@ func (a *Agent) applyLoopHolds(now time.Time) {
 	}
 }
 
+// reconfigureLoops applies a reloaded evictionLoops section. Turning loops
+// off releases every backoff at once and removes the journal: the operator's
+// way to give a held node back to the scheduler.
+func (a *Agent) reconfigureLoops(cfg policy.LoopsConfig) {
+	had := len(a.loops.tracker.Records())
+	a.loops.tracker.SetConfig(cfg)
+	if cfg.Enabled {
+		return
+	}
+	a.engine.ReleaseConditionHolds()
+	if had > 0 {
+		a.log.Warn("eviction loops turned off: every loop backoff released", "workloads", had)
+	}
+	a.saveLoopJournal()
+	a.applyLoopHolds(a.opts.Clock.Now())
+}
+
 // expireLoops forgets the loops that ended (the workload stayed away for the
 // window after its backoff); each pass calls it, so the gauge follows.
 func (a *Agent) expireLoops() {

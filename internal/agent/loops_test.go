@@ -166,3 +166,27 @@ func TestLoop_DamagedJournalIsSetAsideAndCountingStartsAfresh(t *testing.T) {
 		t.Errorf("journal not written again after the eviction: %v", err)
 	}
 }
+
+func TestLoop_TurningLoopsOffReleasesTheBackoffAtOnce(t *testing.T) {
+	journal := filepath.Join(t.TempDir(), "loops.json")
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := newLeakNode(t, journal, clock)
+	l.leakAndEvict(t)
+	l.conditionsAt(clock.now.Add(31 * time.Second))
+	l.leakAndEvict(t)
+	second := clock.now
+	if c := l.conditionsAt(second.Add(time.Minute)); len(c) != 1 {
+		t.Fatalf("conditions %v inside the backoff, want [MemoryPressure]", c)
+	}
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\nevictionHard: {memory.available: 500Mi}\nevictionPressureTransitionPeriod: 30s\nevictionLoops: {enabled: false}\n"))
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	l.a.applyConfig(cfg)
+	if c := l.conditionsAt(second.Add(time.Minute + time.Second)); len(c) != 0 {
+		t.Fatalf("conditions %v after loops were turned off, want none", c)
+	}
+	if _, err := os.Stat(journal); !os.IsNotExist(err) {
+		t.Errorf("journal still there after loops were turned off: %v", err)
+	}
+}

@@ -21,6 +21,10 @@ func (e *Engine) HoldConditionUntil(cond v1.NodeConditionType, until time.Time) 
 	}
 }
 
+// ReleaseConditionHolds ends every HoldConditionUntil at once (loops turned
+// off by a reload).
+func (e *Engine) ReleaseConditionHolds() { clear(e.conditionHolds) }
+
 // withHeldConditions adds the conditions held by HoldConditionUntil to conds,
 // in the order nodeConditionsObservedSince uses, and forgets ended holds.
 func (e *Engine) withHeldConditions(conds []v1.NodeConditionType, now time.Time) []v1.NodeConditionType {

@@ -158,8 +158,14 @@ func NewLoopTracker(cfg LoopsConfig, records []LoopRecord, now time.Time) *LoopT
 	return t
 }
 
-// SetConfig applies a reloaded configuration; records are kept.
-func (t *LoopTracker) SetConfig(cfg LoopsConfig) { t.cfg = cfg }
+// SetConfig applies a reloaded configuration; records are kept, unless
+// loops are turned off: then every record is dropped.
+func (t *LoopTracker) SetConfig(cfg LoopsConfig) {
+	t.cfg = cfg
+	if !cfg.Enabled {
+		clear(t.records)
+	}
+}
 
 // Record counts an eviction of w's pod and returns the verdict.
 func (t *LoopTracker) Record(w Workload, ev LoopEviction) LoopVerdict {
