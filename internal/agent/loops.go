@@ -170,7 +170,9 @@ func (a *Agent) expireLoops() {
 // in a loop, holds the node's condition and tells the owner.
 func (a *Agent) noteLoopEviction(c policy.Candidate) {
 	cfg := a.engine.Config().Loops
-	if !cfg.Enabled || a.loops.tracker == nil {
+	// A pod over its own local-storage limit threatens no one else: its
+	// eviction is no node pressure to back off from.
+	if !cfg.Enabled || a.loops.tracker == nil || c.LocalStorage || c.Signal.Condition() == "" {
 		return
 	}
 	now := a.opts.Clock.Now()
