@@ -19,10 +19,10 @@ import (
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
 
-// loopConfig is evictiond's configuration for the eviction loop scenario: the e2e node's
-// memory thresholds and a compressed loop schedule (two evictions in 5 minutes are a loop,
-// backoff 30 s doubling to 2 minutes) so the scenario sees the backoff grow in minutes.
-const loopConfig = `apiVersion: evictiond.io/v1alpha1
+// loopEvictiondConfig is evictiond's configuration for the eviction loop scenario and
+// bench: the e2e node's memory thresholds and the given evictionLoops section.
+func loopEvictiondConfig(loops string) string {
+	return `apiVersion: evictiond.io/v1alpha1
 kind: EvictionConfiguration
 evictionHard:
   memory.available: 100Mi
@@ -31,8 +31,12 @@ evictionPressureTransitionPeriod: 30s
 loop: {interval: 1s, podCleanupTimeout: 30s}
 eviction:
   rateLimits: {maxPerPass: 1, perMinute: 30, burst: 5, cooldown: 1s}
-evictionLoops: {count: 2, window: 5m, initialBackoff: 30s, maxBackoff: 2m}
-`
+evictionLoops: ` + loops + "\n"
+}
+
+// loopConfig is a compressed loop schedule (two evictions in 5 minutes are a loop, backoff
+// 30 s doubling to 2 minutes) so the scenario sees the backoff grow in minutes.
+var loopConfig = loopEvictiondConfig("{count: 2, window: 5m, initialBackoff: 30s, maxBackoff: 2m}")
 
 // leakName is the leaking Deployment of the loop scenario and bench.
 const leakName = "leak"
@@ -40,10 +44,11 @@ const leakName = "leak"
 // leakRun is a Deployment of one leaking pod on the e2e node beside two bystanders (a
 // Guaranteed pod and a Burstable pod within its request), with a watch on the Node.
 type leakRun struct {
-	ns     string
-	start  time.Time
-	deploy *appsv1.Deployment
-	node   *nodeRecorder
+	ns         string
+	start      time.Time
+	deploy     *appsv1.Deployment
+	bystanders []*corev1.Pod
+	node       *nodeRecorder
 }
 
 // startLeak creates the namespace, the bystanders (Ready), the node watch, then the
@@ -53,19 +58,7 @@ func startLeak(t *testing.T, c *cluster.Cluster, ns string, args []string) *leak
 	t.Helper()
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)
-	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
-		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
-	}
-	for _, p := range bystanders {
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating pod %s: %v", p.Name, err)
-		}
-	}
-	for _, p := range bystanders {
-		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
-	}
-	r := &leakRun{ns: ns, node: recordNode(t, c.Client, cluster.NodeName)}
+	r := &leakRun{ns: ns, bystanders: startBystanders(t, c, ns), node: recordNode(t, c.Client, cluster.NodeName)}
 	one, grace := int32(1), int64(1)
 	labels := map[string]string{"app": leakName}
 	d := &appsv1.Deployment{
@@ -287,10 +280,10 @@ func TestEvictionLoop(t *testing.T) {
 	if len(hurt) > 0 {
 		t.Errorf("bystanders evicted: %v", hurt)
 	}
-	for _, name := range []string{"guaranteed", "burstable-within-request"} {
-		p, err := c.Client.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+	for _, b := range r.bystanders {
+		p, err := c.Client.CoreV1().Pods(r.ns).Get(ctx, b.Name, metav1.GetOptions{})
 		if err != nil || !podReady(p) || p.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("bystander %s hurt: %v %s", name, err, describeStatus(p))
+			t.Errorf("bystander %s hurt: %v %s", b.Name, err, describeStatus(p))
 		}
 	}
 	if n := machineOOMKills(t) - oomBefore; n != 0 {
