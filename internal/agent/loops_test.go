@@ -83,6 +83,19 @@ func (l *leakNode) leakAndEvict(t *testing.T) Report {
 	return rep
 }
 
+// startLoop evicts two replacements, the second after the first's transition
+// period: the loop starts with the second (count 2), whose report it returns.
+func (l *leakNode) startLoop(t *testing.T) Report {
+	t.Helper()
+	if rep := l.leakAndEvict(t); len(rep.Loops) != 0 {
+		t.Fatalf("first eviction reported a loop: %+v", rep.Loops)
+	}
+	if c := l.conditionsAt(l.clock.now.Add(31 * time.Second)); len(c) != 0 {
+		t.Fatalf("conditions %v 31 s after a single eviction, want none (transition period 30 s only)", c)
+	}
+	return l.leakAndEvict(t)
+}
+
 // conditionsAt runs a pass at at and returns the conditions it published.
 func (l *leakNode) conditionsAt(at time.Time) []v1.NodeConditionType {
 	l.clock.now = at
@@ -93,14 +106,7 @@ func (l *leakNode) conditionsAt(at time.Time) []v1.NodeConditionType {
 func TestLoop_SecondEvictionOfAWorkloadHoldsThePressureAndTellsTheOwner(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	l := newLeakNode(t, "", clock)
-	if rep := l.leakAndEvict(t); len(rep.Loops) != 0 {
-		t.Fatalf("first eviction reported a loop: %+v", rep.Loops)
-	}
-	first := clock.now
-	if c := l.conditionsAt(first.Add(31 * time.Second)); len(c) != 0 {
-		t.Fatalf("conditions %v 31 s after a single eviction, want none (transition period 30 s only)", c)
-	}
-	rep := l.leakAndEvict(t)
+	rep := l.startLoop(t)
 	if len(rep.Loops) != 1 || !rep.Loops[0].Started || rep.Loops[0].Workload.String() != "Deployment ns/web" || rep.Loops[0].Backoff != 2*time.Minute {
 		t.Fatalf("second eviction: loops %+v, want Deployment ns/web started, backoff 2m", rep.Loops)
 	}
@@ -128,9 +134,7 @@ func TestLoop_RestartKeepsTheCountAndTheBackoff(t *testing.T) {
 	journal := filepath.Join(t.TempDir(), "loops.json")
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	l := newLeakNode(t, journal, clock)
-	l.leakAndEvict(t)
-	l.conditionsAt(clock.now.Add(31 * time.Second))
-	l.leakAndEvict(t)
+	l.startLoop(t)
 	l.conditionsAt(clock.now.Add(2*time.Minute + time.Second))
 	l.leakAndEvict(t) // third: backoff 4 m
 	third := clock.now
@@ -171,9 +175,7 @@ func TestLoop_TurningLoopsOffReleasesTheBackoffAtOnce(t *testing.T) {
 	journal := filepath.Join(t.TempDir(), "loops.json")
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	l := newLeakNode(t, journal, clock)
-	l.leakAndEvict(t)
-	l.conditionsAt(clock.now.Add(31 * time.Second))
-	l.leakAndEvict(t)
+	l.startLoop(t)
 	second := clock.now
 	if c := l.conditionsAt(second.Add(time.Minute)); len(c) != 1 {
 		t.Fatalf("conditions %v inside the backoff, want [MemoryPressure]", c)
