@@ -46,6 +46,9 @@ type Deps struct {
 	APIReachable func() bool
 	// Clock drives the loop's decisions and the evictor; nil: the real clock.
 	Clock clock.Clock
+	// Owners names a looping workload in its EvictionLoop Event; nil:
+	// kube.WorkloadRefs on Client (a read of the API server).
+	Owners agent.Owners
 }
 
 // Options name the node and say which parts run.
@@ -103,6 +106,9 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New()
 	}
+	if deps.Owners == nil {
+		deps.Owners = kube.WorkloadRefs{Client: deps.Client}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	d = &Daemon{ctx: ctx, cancel: cancel, deps: deps, opts: opts, cfg: cfg, started: cfg}
 	defer func() {
@@ -138,7 +144,7 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		return d, err
 	}
 	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node,
-		Recorder: d.deps.Recorder, Metrics: deps.Metrics, Owners: kube.WorkloadRefs{Client: deps.Client}}
+		Recorder: d.deps.Recorder, Metrics: deps.Metrics, Owners: deps.Owners}
 	if d.Status != nil {
 		ad.Status = d.Status
 	}

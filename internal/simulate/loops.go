@@ -1,8 +1,20 @@
 package simulate
 
 import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/evictiond/evictiond/internal/policy"
 )
+
+// scenarioOwners names a workload as the scenario's pods do: a scenario holds
+// no Deployments to read a UID from (the daemon reads the API server's).
+type scenarioOwners struct{}
+
+func (scenarioOwners) Reference(_ context.Context, w policy.Workload) (*v1.ObjectReference, error) {
+	return &v1.ObjectReference{Kind: w.Kind, APIVersion: w.APIVersion, Namespace: w.Namespace, Name: w.Name, UID: w.UID}, nil
+}
 
 // LoopResult is an eviction loop seen in a step: the workload whose pods the
 // node keeps evicting, and the backoff its eviction set

@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
-	fakeappsv1 "k8s.io/client-go/kubernetes/typed/apps/v1/fake"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	fakecorev1 "k8s.io/client-go/kubernetes/typed/core/v1/fake"
 	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
@@ -388,12 +386,6 @@ func (c *API) Tracker() k8stesting.ObjectTracker { return c.tracker }
 
 func (c *API) CoreV1() corev1client.CoreV1Interface {
 	return &fakecorev1.FakeCoreV1{Fake: &c.Fake}
-}
-
-// AppsV1 answers the EvictionLoop Event's read of a Deployment (NotFound:
-// a scenario has no Deployments, so the Event carries no UID).
-func (c *API) AppsV1() appsv1client.AppsV1Interface {
-	return &fakeappsv1.FakeAppsV1{Fake: &c.Fake}
 }
 
 func (c *API) PolicyV1() policyv1client.PolicyV1Interface {

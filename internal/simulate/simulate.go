@@ -292,7 +292,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: node,
-		Recorder: &record.FakeRecorder{}, Clock: clk},
+		Recorder: &record.FakeRecorder{}, Clock: clk, Owners: scenarioOwners{}},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		cancel()
