@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -34,7 +35,12 @@ func (r WorkloadRefs) Reference(ctx context.Context, w policy.Workload) (*corev1
 	// The metadata alone, through the core group's transport: one field does
 	// not justify linking the apps/v1 typed client (0.66 MB of the binary,
 	// docs/benchmarks.md "bench-footprint"; Client serves the groups it needs).
-	raw, err := r.Client.CoreV1().RESTClient().Get().AbsPath("/apis/apps/v1/namespaces", w.Namespace, "deployments", w.Name).
+	rc, ok := r.Client.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		// A fake clientset's (simulate's API server) has no transport.
+		return ref, fmt.Errorf("reading deployment %s/%s for its UID: the API client has no REST transport", w.Namespace, w.Name)
+	}
+	raw, err := rc.Get().AbsPath("/apis/apps/v1/namespaces", w.Namespace, "deployments", w.Name).
 		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").DoRaw(ctx)
 	if err != nil {
 		return ref, fmt.Errorf("reading deployment %s/%s for its UID: %w", w.Namespace, w.Name, err)
