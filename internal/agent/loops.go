@@ -138,7 +138,7 @@ func (a *Agent) applyLoopHolds(now time.Time) {
 // off releases every backoff at once and removes the journal: the operator's
 // way to give a held node back to the scheduler.
 func (a *Agent) reconfigureLoops(cfg policy.LoopsConfig) {
-	had := len(a.loops.tracker.Records())
+	had := a.loops.tracker.Len()
 	a.loops.tracker.SetConfig(cfg)
 	if cfg.Enabled {
 		return
@@ -154,13 +154,13 @@ func (a *Agent) reconfigureLoops(cfg policy.LoopsConfig) {
 // expireLoops forgets the loops that ended (the workload stayed away for the
 // window after its backoff); each pass calls it, so the gauge follows.
 func (a *Agent) expireLoops() {
-	if a.loops.tracker == nil {
-		return
+	if a.loops.tracker == nil || a.loops.tracker.Len() == 0 {
+		return // an idle node pays nothing
 	}
 	now := a.opts.Clock.Now()
-	before := len(a.loops.tracker.Records())
+	before := a.loops.tracker.Len()
 	a.loops.tracker.Expire(now)
-	if len(a.loops.tracker.Records()) != before {
+	if a.loops.tracker.Len() != before {
 		a.saveLoopJournal()
 	}
 	a.applyLoopHolds(now)

@@ -250,6 +250,9 @@ func (t *LoopTracker) Looping(w Workload) (LoopRecord, bool) {
 	return *r, true
 }
 
+// Len is the number of workloads with a record.
+func (t *LoopTracker) Len() int { return len(t.records) }
+
 // Records returns the records, ordered by workload, for the journal.
 func (t *LoopTracker) Records() []LoopRecord {
 	out := make([]LoopRecord, 0, len(t.records))
