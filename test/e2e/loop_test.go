@@ -253,6 +253,26 @@ func TestEvictionLoop(t *testing.T) {
 		t.Errorf("fourth eviction %s after the third, want at least the 60 s backoff", gap)
 	}
 	t.Logf("node memory-tainted %s in %s (%d intervals)", tainted(ivs).Round(time.Second), time.Since(r.start).Round(time.Second), len(ivs))
+	// Never longer than the pressure needs plus the documented backoff: a taint that ended
+	// did so by its last eviction's hold (none, 30 s, 60 s, 120 s) or the pressure's release
+	// (the pod gone in a second or two) plus the 30 s transition period, whichever is later.
+	holds := []time.Duration{0, 30 * time.Second, 60 * time.Second, 120 * time.Second}
+	for _, iv := range ivs[:len(ivs)-1] {
+		k := -1
+		for i, e := range leak {
+			if !e.at.Before(iv.from.Add(-slack)) && !e.at.After(iv.to) {
+				k = i
+			}
+		}
+		if k < 0 {
+			t.Errorf("taint %v..%v covers no eviction", iv.from, iv.to)
+			continue
+		}
+		if bound := leak[k].at.Add(max(holds[k], 35*time.Second) + 2*slack); iv.to.After(bound) {
+			t.Errorf("taint after eviction %d lasted until +%s, want by +%s (its hold %s, or the release and the transition period)",
+				k+1, iv.to.Sub(r.start).Round(time.Second), bound.Sub(r.start).Round(time.Second), holds[k])
+		}
+	}
 
 	var events []corev1.Event
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
