@@ -64,7 +64,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags integration $(PKGS)
 	$(GO) vet -tags e2e $(PKGS)
-	$(STATICCHECK) -tags integration,e2e,cgroup2,bench_ramp,bench_footprint,demo,nodev2,bench_node $(PKGS)
+	$(STATICCHECK) -tags integration,e2e,cgroup2,bench_ramp,bench_loop,bench_footprint,demo,nodev2,bench_node $(PKGS)
 	$(GO) vet -tags 'integration cgroup2' $(PKGS)
 	$(GO) vet -tags "nodev2 bench_node" $(PKGS)
 

@@ -62,3 +62,17 @@ demo-cluster: k8s-binaries containerd-binaries e2e-deps
 e2e-clean:
 	flock /tmp/evictiond-cluster.lock flock /tmp/evictiond-real.lock flock /tmp/evictiond-vm.lock \
 		$(GO) run -tags e2e ./hack/e2e-clean
+
+# make bench-loop: a Deployment of one leaking pod (100 MiB/s, past evictiond's threshold in
+# about 25 s) for BENCH_LOOP_DURATION (10m) on the kubelet alone, then with evictiond (loop
+# backoff from 1 min), each on a fresh cluster: evictions of the workload minute by minute,
+# node memory-tainted time, EvictionLoop Events, bystanders evicted, OOM kills. Holds the
+# cluster ~22 min. See docs/benchmarks.md ("Eviction loops").
+BENCH_LOOP_OUT      ?= bin/bench-loop.md
+BENCH_LOOP_DURATION ?= 10m
+
+.PHONY: bench-loop
+bench-loop: k8s-binaries containerd-binaries e2e-deps
+	@mkdir -p $(dir $(BENCH_LOOP_OUT))
+	EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) BENCH_LOOP_OUT=$(abspath $(BENCH_LOOP_OUT)) BENCH_LOOP_DURATION=$(BENCH_LOOP_DURATION) \
+		$(GO) test -tags 'e2e bench_loop' -count=1 -timeout 60m -run '^TestBenchLoop$$' -v ./test/e2e/

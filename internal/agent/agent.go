@@ -43,6 +43,9 @@ type Options struct {
 	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
 	Sleep  func(time.Duration)
 	Logger *slog.Logger
+	// LoopJournal keeps the eviction loop records across restarts
+	// (LoopJournalPath); "": in memory only (simulate).
+	LoopJournal string
 }
 
 // Agent is the decision loop and its state.
@@ -84,6 +87,8 @@ type Agent struct {
 	// a watch Advance has not scheduled yet).
 	watchAt time.Time
 	offLoop *offLoop
+	// loops is eviction loop detection and backoff (loops.go).
+	loops loopState
 
 	mu           sync.Mutex
 	lastPassEnd  time.Time
@@ -103,6 +108,9 @@ type Deps struct {
 	Metrics   *metrics.Metrics
 	// Freezer is the brake's (brake.PodFreezer); nil: no pod cgroups to freeze.
 	Freezer Freezer
+	// Owners names a looping workload in its Event (kube.WorkloadRefs); nil:
+	// the Event carries no UID.
+	Owners Owners
 	// MemoryReclaimer is reclaim before evict's (memory.reclaim); nil: never.
 	MemoryReclaimer MemoryReclaimer
 }
@@ -124,6 +132,7 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop(),
 		memReclaimer: deps.MemoryReclaimer, memState: memoryReclaimState{asked: map[types.UID]time.Time{}}}
 	a.resetThresholdGauges()
+	a.initLoops(opts.LoopJournal, deps.Owners)
 	return a
 }
 
@@ -194,6 +203,7 @@ func (a *Agent) Run(ctx context.Context) {
 
 func (a *Agent) applyConfig(cfg *policy.Config) {
 	a.engine.SetConfig(cfg)
+	a.reconfigureLoops(cfg.Loops)
 	if a.opts.OnConfig != nil {
 		a.opts.OnConfig(cfg)
 	}
@@ -230,6 +240,9 @@ type Report struct {
 	// Brake is the brake's decision and actions, when a threshold eviction
 	// was due.
 	Brake *BrakeReport
+	// Loops are the eviction loop verdicts of the pass's evictions (a
+	// workload in a loop, and its backoff).
+	Loops []policy.LoopVerdict
 }
 
 // ReclaimReport is one node-level reclaim run.
@@ -255,6 +268,7 @@ func (a *Agent) Pass(ctx context.Context, source string) Report {
 	rep := a.PassOnce(ctx, source)
 	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
+	rep.Loops = append(rep.Loops, a.takeLoopVerdicts()...)
 	return rep
 }
 
@@ -274,6 +288,7 @@ func (a *Agent) PassOnce(ctx context.Context, source string) Report {
 	a.offLoop.wg.Wait()
 	a.finishKills()
 	rep.Pending = a.engine.Pending()
+	rep.Loops = a.takeLoopVerdicts()
 	return rep
 }
 
@@ -330,6 +345,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 		}
 	}()
 	a.finishKills()
+	a.expireLoops()
 
 	a.evictor.ReportPending(ctx, a.log)
 	listed, err := a.pods.ListPods()
@@ -651,6 +667,7 @@ func (a *Agent) recordEviction(res eviction.Result, cands []policy.Candidate, ob
 	}
 	if res.Outcome.Disrupted() {
 		a.engine.Evicted(*v)
+		a.noteLoopEviction(*v)
 	}
 	return res
 }

@@ -45,6 +45,9 @@ type Deps struct {
 	APIReachable func() bool
 	// Clock drives the loop's decisions and the evictor; nil: the real clock.
 	Clock clock.Clock
+	// Owners names a looping workload in its EvictionLoop Event; nil:
+	// kube.WorkloadRefs on Client (a read of the API server).
+	Owners agent.Owners
 }
 
 // Options name the node and say which parts run.
@@ -55,7 +58,10 @@ type Options struct {
 	// NodeStatus runs the node status writer (conditions, taints); it needs
 	// the node informer, so Deps.Pods must be nil.
 	NodeStatus bool
-	Logger     *slog.Logger
+	// LoopJournal keeps the eviction loop records across restarts
+	// (agent.LoopJournalPath); "": in memory only.
+	LoopJournal string
+	Logger      *slog.Logger
 	// OnPass sees every pass's report in the loop goroutine (a Recorder's).
 	OnPass func(source string, rep *agent.Report)
 }
@@ -101,6 +107,9 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 	if deps.Metrics == nil {
 		deps.Metrics = metrics.New()
 	}
+	if deps.Owners == nil {
+		deps.Owners = kube.WorkloadRefs{Client: deps.Client}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	d = &Daemon{ctx: ctx, cancel: cancel, deps: deps, opts: opts, cfg: cfg, started: cfg}
 	defer func() {
@@ -136,12 +145,13 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		return d, err
 	}
 	ad := agent.Deps{Stats: deps.Node, Pods: d.deps.Pods, Evictor: d.Evictor, Reclaimer: deps.Node, Freezer: deps.Node, MemoryReclaimer: deps.Node,
-		Recorder: d.deps.Recorder, Metrics: deps.Metrics}
+		Recorder: d.deps.Recorder, Metrics: deps.Metrics, Owners: deps.Owners}
 	if d.Status != nil {
 		ad.Status = d.Status
 	}
 	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Node.Wake(),
-		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure, OnPass: opts.OnPass})
+		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure,
+		LoopJournal: opts.LoopJournal, OnPass: opts.OnPass})
 	deps.Node.OnBrakeExpired(d.Agent.BrakeExpired)
 	if d.Status != nil {
 		// A restart (a crash, an upgrade) does not release the pressure the node

@@ -151,7 +151,8 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 
 	startStep.Store("waiting for the pod and node informers to sync with the API server")
 	d, err := New(ctx, cfg, Deps{Client: client, Node: dn, Metrics: m, APIReachable: reach.Reachable},
-		Options{NodeName: o.NodeName, SelfUID: types.UID(o.SelfUID), NodeStatus: true, Logger: log, OnPass: onPass})
+		Options{NodeName: o.NodeName, SelfUID: types.UID(o.SelfUID), NodeStatus: true, Logger: log, OnPass: onPass,
+			LoopJournal: agent.LoopJournalPath(cfg)})
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("stopped during start-up", "step", startStep.Load())

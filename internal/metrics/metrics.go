@@ -40,6 +40,9 @@ type Metrics struct {
 	BrakeCrossingToFreed  *prometheus.HistogramVec
 	BrakeEvictionPath     prometheus.Gauge
 
+	LoopEvictions *prometheus.CounterVec
+	LoopWorkloads *prometheus.GaugeVec
+
 	ConfigReloads              *prometheus.CounterVec
 	ConfigLastReloadSuccessful prometheus.Gauge
 	ConfigLastReloadTime       prometheus.Gauge
@@ -97,6 +100,10 @@ func New() *Metrics {
 			Buckets: []float64{0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10}}, []string{"signal"}),
 		BrakeEvictionPath: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "brake_eviction_path_seconds",
 			Help: "How long the normal eviction path takes on this node (eviction accepted -> pod gone; moving estimate of hard evictions, or brake.evictionPath), which the brake compares the time to exhaustion with."}),
+		LoopEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "eviction_loop_evictions_total",
+			Help: "Evictions of a workload already in an eviction loop on this node (the loop's first included), by workload kind (Deployment, ReplicaSet, StatefulSet, Job, Pod, other)."}, []string{"kind"}),
+		LoopWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "eviction_loop_workloads",
+			Help: "Workloads in an eviction loop on this node whose backoff holds the node's pressure condition now, by workload kind."}, []string{"kind"}),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "config_reloads_total",
 			Help: "Configuration reloads by result (success, rejected)."}, []string{"result"}),
 		ConfigLastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
@@ -107,6 +114,7 @@ func New() *Metrics {
 	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
 		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
+		m.LoopEvictions, m.LoopWorkloads,
 		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m

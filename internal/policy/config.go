@@ -94,6 +94,7 @@ type Config struct {
 	NodeStatus     NodeStatusConfig
 	Reclaim        ReclaimConfig
 	Brake          BrakeConfig
+	Loops          LoopsConfig
 	MemoryReclaim  MemoryReclaimConfig
 	PodPressure    PodPressureConfig
 	DryRun         bool
@@ -465,6 +466,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	cfg.NodeStatus = c.nodeStatus(raw.NodeStatus)
 	cfg.Reclaim = c.reclaim(raw.Reclaim)
 	cfg.Brake = c.brake(raw.Brake, cfg.APIUnreachable)
+	cfg.Loops = c.loops(raw.EvictionLoops)
 	cfg.MemoryReclaim = c.memoryReclaim(raw.MemoryReclaim)
 	cfg.PodPressure = c.podPressure(raw.PodPressure)
 	cfg.DryRun = raw.DryRun
@@ -881,6 +883,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 	n.Reclaim = ReclaimSettings{CRIEndpoint: rc.CRIEndpoint, ContainerGC: ptr(rc.ContainerGC), PodLogs: ptr(rc.PodLogs),
 		ImageGC: ImageGCSettings{Enabled: ptr(rc.ImageGC), MinAge: rc.ImageMinAge.String(), PinnedImages: rc.PinnedImages, StateFile: rc.ImageStateFile}}
 	n.Brake = normalizeBrake(cfg.Brake)
+	n.EvictionLoops = normalizeLoops(cfg.Loops)
 	n.MemoryReclaim = normalizeMemoryReclaim(cfg.MemoryReclaim)
 	n.PodPressure = normalizePodPressure(cfg.PodPressure)
 	return n

@@ -56,6 +56,8 @@ type EvictionConfiguration struct {
 	NodeStatus NodeStatusSettings `json:"nodeStatus"`
 	Reclaim    ReclaimSettings    `json:"reclaim"`
 	Brake      BrakeSettings      `json:"brake"`
+	// EvictionLoops: loop detection per workload and its backoff.
+	EvictionLoops EvictionLoopsSettings `json:"evictionLoops"`
 	// MemoryReclaim: reclaim before evict (cgroup v2 memory.reclaim).
 	MemoryReclaim MemoryReclaimSettings `json:"memoryReclaim"`
 	// PodPressure: a pod stalled against its own memory limit is reported,

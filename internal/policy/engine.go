@@ -112,10 +112,12 @@ type Engine struct {
 
 	firstObservedAt    map[string]time.Time
 	conditionsObserved map[v1.NodeConditionType]time.Time
-	thresholdsMet      []Threshold
-	lastObservations   Observations
-	pending            []*pendingEviction
-	brake              brakeState
+	// conditionHolds are eviction loop backoffs (engine_loops.go).
+	conditionHolds   map[v1.NodeConditionType]time.Time
+	thresholdsMet    []Threshold
+	lastObservations Observations
+	pending          []*pendingEviction
+	brake            brakeState
 	// assessed is set by the first Assess (see adoptTerminating).
 	assessed bool
 }
@@ -181,7 +183,7 @@ func (e *Engine) Assess(in Input) *Assessment {
 	firstObserved := thresholdsFirstObservedAt(met, e.firstObservedAt, now)
 	observedConds := nodeConditions(met)
 	e.conditionsObserved = nodeConditionsLastObservedAt(observedConds, e.conditionsObserved, now)
-	a.Conditions = nodeConditionsObservedSince(e.conditionsObserved, e.cfg.PressureTransitionPeriod, now)
+	a.Conditions = e.withHeldConditions(nodeConditionsObservedSince(e.conditionsObserved, e.cfg.PressureTransitionPeriod, now), now)
 	graceMet := thresholdsMetGracePeriod(met, firstObserved, now)
 	fresh := thresholdsUpdatedStats(met, in.Observations, e.lastObservations)
 	var actionable []Threshold

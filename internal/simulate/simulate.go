@@ -147,13 +147,15 @@ type StepResult struct {
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
-	EvictionOutcome string            `json:"evictionOutcome,omitempty"`
-	Refused         []EvictionResult  `json:"refused,omitempty"`
-	LocalStorage    []EvictionResult  `json:"localStorageEvictions,omitempty"`
-	Waiting         string            `json:"waiting,omitempty"`
-	Pending         []string          `json:"pending,omitempty"`
-	Notes           []string          `json:"notes,omitempty"`
-	Observations    map[string]ObsOut `json:"observations,omitempty"`
+	EvictionOutcome string           `json:"evictionOutcome,omitempty"`
+	Refused         []EvictionResult `json:"refused,omitempty"`
+	LocalStorage    []EvictionResult `json:"localStorageEvictions,omitempty"`
+	Waiting         string           `json:"waiting,omitempty"`
+	Pending         []string         `json:"pending,omitempty"`
+	// Loops are the eviction loops this step's eviction is part of.
+	Loops        []LoopResult      `json:"loops,omitempty"`
+	Notes        []string          `json:"notes,omitempty"`
+	Observations map[string]ObsOut `json:"observations,omitempty"`
 }
 
 // ThresholdMet is a met threshold with its numbers.
@@ -303,7 +305,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: node,
-		Recorder: &record.FakeRecorder{}, Clock: clk},
+		Recorder: &record.FakeRecorder{}, Clock: clk, Owners: scenarioOwners{}},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		cancel()
@@ -319,7 +321,9 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 		rep := d.Agent.PassOnce(ctx, "simulate")
 		// Ages are the step's: the pass may have waited on the virtual clock
 		// (the brake's second reading) as it would on a node.
-		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, Epoch.Add(st.At)))
+		sr := stepResult(string(sc.Steps[i].At), rep, cfg, Epoch.Add(st.At))
+		sr.Loops = loopResults(rep.Loops, node.Name)
+		res.Steps = append(res.Steps, sr)
 	}
 	d.Agent.Settle(ctx)
 	return res, nil

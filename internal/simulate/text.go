@@ -63,6 +63,10 @@ func WriteText(w io.Writer, r *Result) {
 		if e := s.Eviction; e != nil {
 			fmt.Fprintf(w, "  EVICT %s (grace %ds)\n    why: %s\n    message: %s\n", e.Pod, e.GracePeriodSeconds, e.Reason, strings.TrimSpace(e.Message))
 		}
+		for _, l := range s.Loops {
+			fmt.Fprintf(w, "  EVICTION LOOP: %s, %d evictions; node held under pressure (NoSchedule) for %s, until t=%s\n    Event EvictionLoop: %s\n",
+				l.Workload, l.Evictions, l.Backoff, l.Until, l.Event)
+		}
 		if s.Waiting != "" {
 			fmt.Fprintf(w, "  no eviction: %s\n", s.Waiting)
 		}

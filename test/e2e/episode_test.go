@@ -38,18 +38,7 @@ func (e *memoryEpisode) run(t *testing.T, c *cluster.Cluster, progress func(stri
 	ctx := context.Background()
 	ns := e.Namespace
 
-	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
-		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
-	}
-	for _, p := range bystanders {
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating pod %s: %v", p.Name, err)
-		}
-	}
-	for _, p := range bystanders {
-		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
-	}
+	bystanders := startBystanders(t, c, ns)
 	oomBefore := machineOOMKills(t)
 
 	hog := podOnNode(ns, "hog", workloadContainer("memhog", []string{fmt.Sprintf("-rate-mib=%d", e.HogRateMiB)}, resources("memory", "64Mi"), nil))

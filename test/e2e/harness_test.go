@@ -109,18 +109,7 @@ func testMemoryHogWithoutEvictiond(t *testing.T, c *cluster.Cluster) {
 	createNamespace(t, c.Client, ns)
 	ctx := context.Background()
 
-	bystanders := []*corev1.Pod{
-		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
-		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
-	}
-	for _, p := range bystanders {
-		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating pod %s: %v", p.Name, err)
-		}
-	}
-	for _, p := range bystanders {
-		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
-	}
+	bystanders := startBystanders(t, c, ns)
 
 	oomKillsBefore := machineOOMKills(t)
 	const rateMiB = 400

@@ -124,3 +124,22 @@ func waitPodsMemoryCalm(t *testing.T, free int64, timeout time.Duration) {
 		t.Fatalf("kubepods did not calm down: %d MiB available, want %d MiB", m.Available()>>20, free>>20)
 	}
 }
+
+// startBystanders creates the memory scenarios' bystanders in ns, a Guaranteed pod and a
+// Burstable pod within its request, and waits until both are Ready.
+func startBystanders(t *testing.T, c *cluster.Cluster, ns string) []*corev1.Pod {
+	t.Helper()
+	bystanders := []*corev1.Pod{
+		podOnNode(ns, "guaranteed", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "32Mi"), resources("cpu", "10m", "memory", "32Mi"))),
+		podOnNode(ns, "burstable-within-request", workloadContainer("memhog", []string{"-rate-mib=50", "-target-mib=50"}, resources("memory", "128Mi"), nil)),
+	}
+	for _, p := range bystanders {
+		if _, err := c.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+	}
+	for _, p := range bystanders {
+		waitPod(t, c, ns, p.Name, time.Minute, "Ready", podReady)
+	}
+	return bystanders
+}
