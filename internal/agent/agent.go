@@ -344,6 +344,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 			a.opts.OnPass(source, &rep)
 		}
 	}()
+	a.loops.verdicts = nil // this pass's, for its report (Run never takes them)
 	a.finishKills()
 	a.expireLoops()
 
