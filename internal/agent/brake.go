@@ -122,8 +122,8 @@ const brakeWatchMax = 2 * time.Second
 // victim's resource comes back (the signal stops falling or is above the
 // threshold again), at most brakeWatchMax: a writer measured slow at the
 // crossing (starved of CPU then) can ramp at full speed right after it, and
-// the graceful path would lose to the OOM killer (the e2e tier's hog,
-// 270-370 MiB/s at the crossing, OOM-killed 0.3 s later in 2 of 4 runs). Not
+// the graceful path would lose to the OOM killer (the e2e tier's hog did:
+// docs/benchmarks-history.md). Not
 // bounded by the time to exhaustion estimated at the crossing: a ramp that
 // slowed past it and sped up again before the victim stopped would be left to
 // the OOM killer. When the brake fires on the new readings, the victim — its

@@ -67,7 +67,7 @@ const freezeTimeout = time.Second
 // (opencontainers/cgroups' FreezerGroup.Set) thaws and sleeps 10 ms every 50
 // tries to let a racing `runc exec` through, and a pod allocating in memory
 // reclaim then stays FREEZING for hundreds of milliseconds, growing all the
-// while (measured in the e2e tier: 205 ms, past the OOM kill). New children
+// while (in the e2e tier, past the OOM kill: docs/benchmarks-history.md). New children
 // of a freezing task are frozen by the kernel as they are forked.
 func (c PodCgroup) Freeze() error {
 	if err := c.check(); err != nil {

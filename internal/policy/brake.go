@@ -273,10 +273,9 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 	} else if d.TimeToExhaustion >= 0 {
 		// A falling signal that does not call for the brake is read once
 		// more sampleInterval later: a writer that was starved of CPU just
-		// before the crossing ramps at full speed again right after it (the
-		// e2e hog measured at 270-370 MiB/s over the 40-50 ms before the
-		// crossing was OOM-killed 0.3 s later), and the graceful path can
-		// spare 10 ms.
+		// before the crossing ramps at full speed again right after it (the e2e
+		// tier's hog did, and was OOM-killed: docs/benchmarks-history.md),
+		// and the graceful path can spare 10 ms.
 		d.Resample = true
 	}
 	return d
