@@ -35,6 +35,8 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set flowcontrol.handSize=16 2>&1); \
 		echo "$$out" | grep -q "/flowcontrol/handSize': maximum: got 16, want 15" || \
 		{ echo "a hand size the API server refuses was not refused by values.schema.json: $$out"; exit 1; }
+	@$(HELM) template x $(CHART) | grep -q 'image: "*$(IMAGE)"*$$' || \
+		{ echo "make image tags $(IMAGE); the chart's default image (image.repository:appVersion) is another"; exit 1; }
 	@out=$$($(HELM) template x $(CHART) --set configYAML='a: [' 2>&1); \
 		echo "$$out" | grep -q "configYAML: not a YAML map" || \
 		{ echo "a configYAML that is not YAML was not refused by name: $$out"; exit 1; }

@@ -2,35 +2,40 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/evictiond/evictiond/internal/simulate"
 )
 
+const simulateHelp = `Usage: evictiond simulate -f SCENARIO [-o json|text]
+
+Runs the agent's decision loop over a scenario (a configuration, a node,
+pods and a timeline of observations) on a virtual clock and prints every
+decision: JSON as docs/simulate.md describes it, or text for people.
+Exit 1: the scenario is invalid (every problem on stderr, one a line).
+`
+
 // runSimulate plays a scenario and prints the decisions as JSON (the public
 // format of docs/simulate.md) or as text for people.
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "", "scenario file (YAML or JSON); - for stdin")
-	output := fs.String("o", "json", "output format: json or text")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := newFlagSet("simulate", simulateHelp, stdout, stderr)
+	file := fs.StringP("file", "f", "", "scenario file (YAML or JSON); - for stdin")
+	output := fs.StringP("output", "o", "json", "output format: json or text")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "simulate: -f SCENARIO is required")
-		return 2
+		return usageError(fs, stderr, errors.New("-f/--file SCENARIO is required"))
 	}
 	if *output != "json" && *output != "text" {
-		fmt.Fprintf(stderr, "simulate: -o %q: must be json or text\n", *output)
-		return 2
+		return usageError(fs, stderr, fmt.Errorf("--output: value %q: must be json or text", *output))
 	}
 	data, err := readInput(*file)
 	if err != nil {
-		fmt.Fprintf(stderr, "simulate: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond simulate: %v\n", err)
+		return exitFailure
 	}
 	sc, cfg, err := simulate.Decode(data)
 	if err != nil {
@@ -50,8 +55,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(res); err != nil {
-		fmt.Fprintf(stderr, "simulate: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond simulate: %v\n", err)
+		return exitFailure
 	}
-	return 0
+	return exitOK
 }

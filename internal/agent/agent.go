@@ -253,7 +253,10 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
 	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
-	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		a.metrics.PassDuration.Observe(time.Since(start).Seconds())
+		a.metrics.LastPass.SetToCurrentTime()
+	}()
 	a.finishKills()
 
 	a.evictor.ReportPending(ctx, a.log)
