@@ -37,6 +37,9 @@ test-chart: helm
 		{ echo "a hand size the API server refuses was not refused by values.schema.json: $$out"; exit 1; }
 	@$(HELM) template x $(CHART) | grep -q 'image: "*$(IMAGE)"*$$' || \
 		{ echo "make image tags $(IMAGE); the chart's default image (image.repository:appVersion) is another"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) -n ops --set prometheusRule.enabled=true --set nameOverride=agent --show-only templates/prometheusrule.yaml); \
+		echo "$$out" | grep -q 'up{job="agent", namespace="ops"} == 0' && ! echo "$$out" | grep -q 'job="evictiond"\|kube_' || \
+		{ echo "the PrometheusRule does not select the release's agents (job from nameOverride, namespace) or reads kube-state-metrics unasked: $$out"; exit 1; }
 	@out=$$($(HELM) template x $(CHART) --set configYAML='a: [' 2>&1); \
 		echo "$$out" | grep -q "configYAML: not a YAML map" || \
 		{ echo "a configYAML that is not YAML was not refused by name: $$out"; exit 1; }

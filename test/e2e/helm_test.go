@@ -22,7 +22,8 @@ import (
 // `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM). Then the
 // memory episode of scenario 1 and the disk episode of scenario 3 run against it unchanged;
 // afterwards every panel of the Grafana dashboard (charts/evictiond/files/dashboard.json) shows
-// data in a real Prometheus that discovered the agent by its pod annotations; `helm upgrade
+// data in a real Prometheus that discovered the agent by its pod annotations, and every rule of
+// the chart's PrometheusRule evaluates against it and selects the agent; `helm upgrade
 // --reuse-values --set dryRun=true` rolls the pod to one running --dry-run; finally `helm
 // uninstall` removes the DaemonSet and its ConfigMap.
 func TestHelmInstall(t *testing.T) {
@@ -51,6 +52,7 @@ func TestHelmInstall(t *testing.T) {
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
 	t.Run("DashboardPanelsHaveData", func(t *testing.T) { testDashboardPanelsHaveData(t, c) })
+	t.Run("AlertRulesSelectTheAgents", func(t *testing.T) { testAlertRulesSelectTheAgents(t, c, helm) })
 	t.Run("UpgradeToDryRun", func(t *testing.T) {
 		before, err := c.EvictiondPod(ctx)
 		if err != nil {
