@@ -36,6 +36,8 @@ func TestExitCodesOfEverySubcommand(t *testing.T) {
 		{"simulate bad output", []string{"simulate", "-f", "../../examples/pid-pressure.yaml", "--output=yaml"}, 2, "", `--output: value "yaml": must be json or text`},
 		{"simulate invalid", []string{"simulate", "-f", "testdata/invalid.yaml"}, 1, "", ""},
 		{"version help", []string{"version", "--help"}, 0, "Usage: evictiond version", ""},
+		{"probe help", []string{"probe", "--help"}, 0, "Usage: evictiond probe", ""},
+		{"probe bad timeout", []string{"probe", "--timeout=soon"}, 2, "", "invalid argument \"soon\" for \"--timeout\""},
 		{"version bad output", []string{"version", "-o", "yaml"}, 2, "", `--output: value "yaml"`},
 		{"help", []string{"help"}, 0, "evictiond version [-o json]", ""},
 		{"--help", []string{"--help"}, 0, "Exit codes:", ""},

@@ -19,6 +19,7 @@ Usage:
                                       what evictiond sees on this node: signals, filesystems, pods
   evictiond validate -f FILE          check a configuration; print it with defaults applied
   evictiond simulate -f SCENARIO      run the decision path over a scenario on a virtual clock
+  evictiond probe [--url URL]         ask an agent's health endpoint (the chart's helm test)
   evictiond version [-o json]         this binary's version, commit and Go version (also --version)
   evictiond help                      this text
 

@@ -19,7 +19,8 @@ import (
 )
 
 // TestHelmInstall boots its own cluster and installs evictiond the way a platform team does:
-// `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM). Then the
+// `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM), then `helm test`
+// (the chart's probe of the agent's /readyz from a pod beside it). Then the
 // memory episode of scenario 1 and the disk episode of scenario 3 run against it unchanged;
 // afterwards every panel of the Grafana dashboard (charts/evictiond/files/dashboard.json) shows
 // data in a real Prometheus that discovered the agent by its pod annotations, and every rule of
@@ -49,6 +50,13 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatalf("helm status: %v\n%s", err, out)
 	}
 
+	// The chart's test hook (templates/tests): a pod beside the agent asks its /readyz.
+	t.Run("HelmTest", func(t *testing.T) {
+		if out, err := c.Helm(ctx, helm, "test", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace, "--timeout", "2m"); err != nil ||
+			!strings.Contains(string(out), "Succeeded") {
+			t.Fatalf("helm test: %v\n%s", err, out)
+		}
+	})
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
 	t.Run("DashboardPanelsHaveData", func(t *testing.T) { testDashboardPanelsHaveData(t, c) })
