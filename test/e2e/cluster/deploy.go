@@ -150,8 +150,11 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 		"host": map[string]any{
 			"rootMountPropagation": "None",
 			"criSocketDir":         c.Containerd.Dir,
-			"podLogsDir":           c.PodLogsDir,
-			"stateDir":             filepath.Join(c.Dir, "evictiond-state"),
+			// Mounted where containerd's socket usually is, as the overlay does: the agent
+			// detects it there.
+			"criSocketMountPath": "/run/containerd",
+			"podLogsDir":         c.PodLogsDir,
+			"stateDir":           filepath.Join(c.Dir, "evictiond-state"),
 		},
 		"extraArgs": []string{"--kubelet-root-dir=" + c.KubeletRootDir, "--image-fs-dir=" + c.Containerd.Root},
 		"extraEnv": []map[string]string{
