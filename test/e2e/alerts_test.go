@@ -4,6 +4,7 @@ package e2e_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -32,11 +33,18 @@ var healthyQuiet = []string{"EvictiondDown", "EvictiondAbsent", "EvictiondLoopSt
 // the agents are gone or stalled return nothing.
 func testAlertRulesSelectTheAgents(t *testing.T, c *cluster.Cluster, helm string) {
 	ctx := context.Background()
-	out, err := exec.Command(helm, "template", cluster.HelmRelease, filepath.Join("..", "..", "charts", "evictiond"),
-		"--namespace", cluster.EvictiondNamespace, "--set", "prometheusRule.enabled=true",
-		"--set-string", "prometheusRule.selector="+e2eScrapeSelector, "--show-only", "templates/prometheusrule.yaml").Output()
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	data, err := yaml.Marshal(map[string]any{"prometheusRule": map[string]any{"enabled": true, "selector": e2eScrapeSelector}})
+	if err == nil {
+		err = os.WriteFile(values, data, 0o644)
+	}
 	if err != nil {
-		t.Fatalf("helm template the PrometheusRule: %v", err)
+		t.Fatal(err)
+	}
+	out, err := exec.Command(helm, "template", cluster.HelmRelease, filepath.Join("..", "..", "charts", "evictiond"),
+		"--namespace", cluster.EvictiondNamespace, "-f", values, "--show-only", "templates/prometheusrule.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template the PrometheusRule: %v\n%s", err, out)
 	}
 	var rule struct {
 		Spec struct {

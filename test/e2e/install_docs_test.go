@@ -83,7 +83,7 @@ func readDocumentedInstall(t *testing.T) documentedInstall {
 		}
 	}
 	if len(d.namespace) != 2 || d.importImage == "" || len(d.install) < 3 || len(d.check) == 0 || len(d.upgrade) != 1 ||
-		len(d.uninstall) != 1 || len(d.cleanup) != 2 {
+		len(d.uninstall) != 1 || len(d.cleanup) != 4 {
 		t.Fatalf("the documented commands are not all found: %+v", d)
 	}
 	// README's namespace lines are docs/install.md's first two: one way to install.
@@ -199,7 +199,7 @@ func uninstallAsDocumented(t *testing.T, c *cluster.Cluster, sh *docShell, doc d
 	ctx := context.Background()
 	sh.mustRun(t, doc.uninstall...)
 	for _, cmd := range doc.cleanup {
-		// kubectl taint exits 1 for a node that does not have the taint, as the doc says.
+		// kubectl taint exits 1 when a node does not have the taint, as the doc says.
 		out, err := sh.run(ctx, cmd)
 		t.Logf("$ %s\n%s (%v)", cmd, strings.TrimSpace(out), err)
 	}
