@@ -56,14 +56,16 @@ func testAlertRulesSelectTheAgents(t *testing.T, c *cluster.Cluster, helm string
 	if err := yaml.Unmarshal(out, &rule); err != nil {
 		t.Fatalf("the rendered PrometheusRule: %v\n%s", err, out)
 	}
+	start := time.Now()
 	prom := c.StartPrometheus(t)
 	// Up to 20 s for the first scrapes of a fresh Prometheus.
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		s, err := prom.Query(ctx, "up{"+e2eScrapeSelector+"} == 1")
 		return err == nil && len(s) > 0, nil
 	}); err != nil {
 		t.Fatalf("no agent scraped under %s\n--- prometheus ---\n%s", e2eScrapeSelector, prom.LogTail(10))
 	}
+	t.Logf("a fresh Prometheus (pod discovery, 1 s scrapes) had the agent up %s after its start", time.Since(start).Round(time.Millisecond))
 	metric := regexp.MustCompile(`\b([a-z_]+)\{`)
 	n := 0
 	for _, g := range rule.Spec.Groups {
