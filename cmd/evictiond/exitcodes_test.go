@@ -32,7 +32,7 @@ func TestExitCodesOfEverySubcommand(t *testing.T) {
 		{"validate invalid", []string{"validate", "--config", "testdata/invalid.yaml"}, 1, "", "duplicate signal"},
 		{"validate missing file", []string{"validate", "-f", "testdata/does-not-exist.yaml"}, 1, "", "no such file or directory"},
 		{"simulate help", []string{"simulate", "--help"}, 0, "Usage: evictiond simulate", ""},
-		{"simulate no file", []string{"simulate"}, 2, "", "-f/--file SCENARIO is required"},
+		{"simulate no file", []string{"simulate"}, 2, "", "one of -f/--file SCENARIO or --trace FILE is required"},
 		{"simulate bad output", []string{"simulate", "-f", "../../examples/pid-pressure.yaml", "--output=yaml"}, 2, "", `--output: value "yaml": must be json or text`},
 		{"simulate invalid", []string{"simulate", "-f", "testdata/invalid.yaml"}, 1, "", ""},
 		{"version help", []string{"version", "--help"}, 0, "Usage: evictiond version", ""},

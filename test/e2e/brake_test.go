@@ -43,7 +43,7 @@ brake: {enabled: true}
 func TestBrake(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{AuditLog: true})
 	ctx := context.Background()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: brakeConfig})
+	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: brakeConfig, ExtraArgs: traceArgs})
 	if err != nil {
 		t.Fatalf("deploying evictiond: %v", err)
 	}
@@ -233,6 +233,7 @@ func testSlowRampKeepsTheGracefulPath(t *testing.T, c *cluster.Cluster) {
 // 8 of 14 runs; against a measured eviction path of 0.4-1.2 s the graceful path could then
 // be enough, and the scenario tested nothing of the brake.)
 func testFastRampFrozenAndKilled(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "brake")
 	e := &brakeEpisode{Namespace: "e2e-brake-fast", HogArgs: []string{"-rate-mib=4000", "-ignore-sigterm"}, Hogs: 2}
 	e.run(t, c)
 	e.checkBystanders(t)
