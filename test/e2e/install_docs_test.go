@@ -127,6 +127,8 @@ func newDocShell(t *testing.T, c *cluster.Cluster, helm, archive string) *docShe
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The scenarios replay the agent's trace at their end (replay_test.go).
+	values["extraArgs"] = append(values["extraArgs"].([]string), traceArgs...)
 	data, err := yaml.Marshal(values)
 	if err != nil {
 		t.Fatal(err)
