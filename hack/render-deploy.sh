@@ -28,7 +28,7 @@ esac
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$HELM" template "$RELEASE" "$ROOT/charts/evictiond" --namespace "$NAMESPACE" \
-	--set namespace.create=true --output-dir "$work/helm" >/dev/null
+	--set namespace.create=true --skip-tests --output-dir "$work/helm" >/dev/null
 rendered="$work/helm/evictiond/templates"
 out="$work/deploy"
 mkdir -p "$out"

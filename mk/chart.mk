@@ -35,6 +35,20 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set flowcontrol.handSize=16 2>&1); \
 		echo "$$out" | grep -q "/flowcontrol/handSize': maximum: got 16, want 15" || \
 		{ echo "a hand size the API server refuses was not refused by values.schema.json: $$out"; exit 1; }
+	@$(HELM) template x $(CHART) | grep -q 'image: "*$(IMAGE)"*$$' || \
+		{ echo "make image tags $(IMAGE); the chart's default image (image.repository:appVersion) is another"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) -n ops --set prometheusRule.enabled=true --set nameOverride=agent --show-only templates/prometheusrule.yaml); \
+		echo "$$out" | grep -q 'up{job="agent", namespace="ops"} == 0' && ! echo "$$out" | grep -q 'job="evictiond"\|kube_' || \
+		{ echo "the PrometheusRule does not select the release's agents (job from nameOverride, namespace) or reads kube-state-metrics unasked: $$out"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set serviceAccount.create=false --set serviceAccount.name=byo --set rbac.create=false); \
+		! echo "$$out" | grep -q '^kind: ServiceAccount$$\|^kind: ClusterRole' && echo "$$out" | grep -q 'serviceAccountName: byo' || \
+		{ echo "serviceAccount.create=false, rbac.create=false still render them, or the pods do not use serviceAccount.name"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set host.criSocketDir=/var/run/crio); \
+		echo "$$out" | grep -q '{name: cri-run, mountPath: /var/run/crio, readOnly: true}' || \
+		{ echo "CRI-O's socket directory is not mounted where the agent looks for it (its host path)"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --set-json 'livenessProbe={"httpGet":{"path":"/"}}' 2>&1); \
+		echo "$$out" | grep -q "additional properties 'httpGet' not allowed" || \
+		{ echo "a probe override replacing the chart's httpGet was not refused by values.schema.json: $$out"; exit 1; }
 	@out=$$($(HELM) template x $(CHART) --set configYAML='a: [' 2>&1); \
 		echo "$$out" | grep -q "configYAML: not a YAML map" || \
 		{ echo "a configYAML that is not YAML was not refused by name: $$out"; exit 1; }

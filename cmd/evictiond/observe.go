@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,56 +33,48 @@ const observeUsage = `Usage: evictiond observe [flags]
 Shows what evictiond sees on this node: every eviction signal with its
 available value, capacity, age and source; the filesystem layout; and each
 pod's usage (memory working set, processes, writable layers, logs, local
-volumes). Without --kubeconfig/--node, pods are found in the kubepods cgroup
-tree and are named by UID only.
-
-Flags:
+volumes). Without --kubeconfig/--node-name, pods are found in the kubepods
+cgroup tree and are named by UID only.
 `
 
 // runObserve is `evictiond observe`. It returns the process exit code.
 func runObserve(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("observe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, observeUsage); fs.PrintDefaults() }
+	fs := newFlagSet("observe", observeUsage, stdout, stderr)
 	var paths node.Paths
 	paths.AddFlags(fs)
 	var (
 		once          = fs.Bool("once", false, "print one snapshot and exit (default: one every --interval until interrupted)")
-		output        = fs.String("o", "table", "output format: json or table")
+		output        = fs.StringP("output", "o", "table", "output format: json or table")
 		interval      = fs.Duration("interval", time.Second, "time between snapshots without --once")
 		cgroupVersion = fs.Int("cgroup-version", 0, "1 or 2; 0 detects it")
 		memoryFormula = fs.String("memory-formula", "workingSet", "memory.available formula: workingSet (the kubelet's) or memAvailable")
 		housekeeping  = fs.Duration("housekeeping-interval", 10*time.Second, "cAdvisor housekeeping and pod disk usage refresh period")
 		runtimeSocket = fs.String("runtime-endpoint", "", "CRI socket for imagefs/containerfs and writable layers, e.g. unix:///run/containerd/containerd.sock; empty: detected as run does, none if no socket exists")
-		kubeconfig    = fs.String("kubeconfig", "", "kubeconfig to name pods with (in-cluster config when empty and --node is set)")
-		nodeName      = fs.String("node", "", "this node's name, to list its pods from the API server")
+		kubeconfig    = fs.String("kubeconfig", "", "kubeconfig to name pods with (in-cluster config when empty and --node-name is set)")
+		nodeName      = fs.String("node-name", "", "this node's name, to list its pods from the API server")
 		noCAdvisor    = fs.Bool("no-cadvisor", false, "do not start the embedded cAdvisor (imagefs fallback then reads statfs)")
-		verbose       = fs.Bool("v", false, "log at debug level")
+		logs          logFlags
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs.StringVar(nodeName, "node", "", "this node's name")
+	_ = fs.MarkDeprecated("node", "use --node-name")
+	logs.addFlags(fs, "text")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if err := paths.Validate(); err != nil {
-		fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
-		return 2
+		return usageError(fs, stderr, err)
+	}
+	if err := logs.validate(); err != nil {
+		return usageError(fs, stderr, err)
 	}
 	if *output != "json" && *output != "table" {
-		fmt.Fprintf(stderr, "evictiond observe: -o %q: must be json or table\n", *output)
-		return 2
+		return usageError(fs, stderr, fmt.Errorf("--output: value %q: must be json or table", *output))
 	}
 	formula, err := monitor.ParseMemoryFormula(*memoryFormula)
 	if err != nil {
-		fmt.Fprintf(stderr, "evictiond observe: %v\n", err)
-		return 2
+		return usageError(fs, stderr, err)
 	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := logs.logger(stderr, slog.LevelWarn)
 	klog.SetSlogLogger(logger) // cAdvisor logs through klog
 
 	cfg := paths.MonitorConfig()
@@ -126,8 +117,8 @@ func runObserve(args []string, stdout, stderr io.Writer) int {
 	if *kubeconfig != "" || node != "" {
 		if node == "" {
 			if node, err = os.Hostname(); err != nil {
-				fmt.Fprintf(stderr, "evictiond observe: --node not given and no hostname: %v\n", err)
-				return 2
+				fmt.Fprintf(stderr, "evictiond observe: --node-name not given and no hostname: %v\n", err)
+				return exitFailure
 			}
 		}
 		api, err := newAPIPodLister(*kubeconfig, node)

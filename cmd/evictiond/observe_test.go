@@ -76,7 +76,7 @@ func TestObserveRejectsBadFlagsNamingThem(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-o", "yaml"}, `-o "yaml": must be json or table`},
+		{[]string{"-o", "yaml"}, `--output: value "yaml": must be json or table`},
 		{[]string{"--memory-formula", "rss"}, `stats.memoryFormula "rss"`},
 		{[]string{"--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "docker"}, `--cgroup-driver "docker": must be auto, cgroupfs or systemd`},
 		{[]string{"--once", "--no-cadvisor", "--host-root", fixtureHost, "--cgroup-driver", "cgroupfs"}, `--cgroup-driver cgroupfs: this node's kubepods cgroup is /kubepods.slice (the systemd driver's)`},

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -14,19 +12,32 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/version"
 )
 
 func init() { commands["run"] = runRun }
 
+const runHelp = `Usage: evictiond run [flags]
+
+The agent, as the DaemonSet runs it: watches the node's signals, decides,
+reclaims and evicts; serves /metrics, /healthz and /readyz. Everything but
+where things are is in the --config file (docs/configuration.md).
+
+Environment:
+  NODE_NAME   default of --node-name (the DaemonSet sets it from spec.nodeName)
+  POD_UID     default of --pod-uid (the DaemonSet sets it from metadata.uid)
+`
+
 // runFlags are the daemon's command line; everything else is in the config file.
 type runFlags struct {
 	daemon.ProcessOptions
-	debug bool
+	log logFlags
 }
 
-func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// parseRunFlags returns the flags, or the exit code when the command line
+// does not run the agent (help: 0, usage error: 2, reported on stderr).
+func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, int, bool) {
+	fs := newFlagSet("run", runHelp, stdout, stderr)
 	f := &runFlags{}
 	fs.StringVar(&f.ConfigPath, "config", "/etc/evictiond/config.yaml", "EvictionConfiguration file (a mounted ConfigMap); reloaded on change")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
@@ -37,47 +48,50 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.BoolVar(&f.DryRun, "dry-run", false, "decide and report (logs, Events, metrics) without evicting, reclaiming or writing node status; overrides dryRun in the config")
 	fs.StringVar(&f.RecordTrace, "record-trace", "", "write the node's readings and the loop's decisions to this file, for `evictiond simulate --trace` (docs/simulate.md); off when empty")
 	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", daemon.DefaultTraceMaxBytes, "stop recording the trace past this size")
-	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	f.log.addFlags(fs, "json")
+	debug := fs.Bool("debug", false, "log at debug level (-v=4)")
+	_ = fs.MarkDeprecated("debug", "use -v=4")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return nil, code, false
 	}
-	if f.NodeName == "" {
-		return nil, errors.New("--node-name: value \"\": required (or $NODE_NAME)")
+	if *debug && f.log.verbosity < 4 {
+		f.log.verbosity = 4
 	}
-	if err := f.Serving.Validate(); err != nil {
-		return nil, err
+	for _, check := range []func() error{
+		func() error {
+			if f.NodeName == "" {
+				return errors.New("--node-name: value \"\": required (or $NODE_NAME)")
+			}
+			return nil
+		},
+		f.log.validate, f.Serving.Validate, f.Node.Validate,
+	} {
+		if err := check(); err != nil {
+			return nil, usageError(fs, stderr, err), false
+		}
 	}
-	if err := f.Node.Validate(); err != nil {
-		return nil, err
-	}
-	return f, nil
+	return f, 0, true
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
-	f, err := parseRunFlags(args, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "evictiond run: %v\n", err)
-		return 2
+	f, code, ok := parseRunFlags(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	level := slog.LevelInfo
-	if f.debug {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", f.NodeName)
+	log := f.log.logger(stderr, slog.LevelInfo).With("node", f.NodeName)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log) // client-go and cAdvisor log through klog
+	v := version.Get()
+	log.Info("evictiond starting", "version", v.Version, "revision", v.Revision, "goVersion", v.GoVersion, "config", f.ConfigPath)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := runDaemon(ctx, f, log); err != nil {
 		log.Error("evictiond stopped", "err", err)
-		return 1
+		return exitFailure
 	}
 	log.Info("evictiond stopped")
-	return 0
+	return exitOK
 }
 
 // runDaemon runs the daemon's process until ctx ends.

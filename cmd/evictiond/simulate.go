@@ -2,7 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 
@@ -10,53 +10,63 @@ import (
 	"github.com/evictiond/evictiond/internal/simulate"
 )
 
-// runSimulate plays a scenario and prints the decisions as JSON (the public
-// format of docs/simulate.md) or as text for people.
+const simulateHelp = `Usage: evictiond simulate -f SCENARIO [-o json|text]
+       evictiond simulate --trace FILE [--config FILE] [-o json|text]
+
+Runs the agent's decision loop over a scenario (a configuration, a node,
+pods and a timeline of observations) on a virtual clock and prints every
+decision: JSON as docs/simulate.md describes it, or text for people.
+With --trace, replays an episode recorded on a node by
+'evictiond run --record-trace' instead, and says on stderr whether the
+replay decided as the node did (--config: what another configuration
+would have done).
+Exit 1: the scenario or trace is invalid (every problem on stderr, one a line).
+`
+
+// runSimulate plays a scenario, or replays a recorded trace, and prints the
+// decisions as JSON (the public format of docs/simulate.md) or as text for
+// people.
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "", "scenario file (YAML or JSON); - for stdin")
+	fs := newFlagSet("simulate", simulateHelp, stdout, stderr)
+	file := fs.StringP("file", "f", "", "scenario file (YAML or JSON); - for stdin")
 	traceFile := fs.String("trace", "", "a trace recorded by `evictiond run --record-trace`, replayed instead of a scenario")
 	configFile := fs.String("config", "", "with --trace: replay with this EvictionConfiguration instead of the recorded one")
-	output := fs.String("o", "json", "output format: json or text")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	output := fs.StringP("output", "o", "json", "output format: json or text")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if (*file == "") == (*traceFile == "") {
-		fmt.Fprintln(stderr, "simulate: one of -f SCENARIO or --trace FILE is required")
-		return 2
+		return usageError(fs, stderr, errors.New("one of -f/--file SCENARIO or --trace FILE is required"))
 	}
 	if *configFile != "" && *traceFile == "" {
-		fmt.Fprintln(stderr, "simulate: --config: only with --trace (a scenario holds its configuration)")
-		return 2
+		return usageError(fs, stderr, errors.New("--config: only with --trace (a scenario holds its configuration)"))
+	}
+	if *output != "json" && *output != "text" {
+		return usageError(fs, stderr, fmt.Errorf("--output: value %q: must be json or text", *output))
 	}
 	var res *simulate.Result
 	if *traceFile != "" {
 		var err error
 		if res, err = replayTrace(*traceFile, *configFile, stderr); err != nil {
-			fmt.Fprintf(stderr, "simulate: %v\n", err)
-			return 1
+			fmt.Fprintf(stderr, "evictiond simulate: %v\n", err)
+			return exitFailure
 		}
 		return writeResult(res, *output, stdout, stderr)
 	}
-	if *output != "json" && *output != "text" {
-		fmt.Fprintf(stderr, "simulate: -o %q: must be json or text\n", *output)
-		return 2
-	}
 	data, err := readInput(*file)
 	if err != nil {
-		fmt.Fprintf(stderr, "simulate: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond simulate: %v\n", err)
+		return exitFailure
 	}
 	sc, cfg, err := simulate.Decode(data)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
+		return exitFailure
 	}
 	res, err = simulate.Run(sc, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
+		return exitFailure
 	}
 	return writeResult(res, *output, stdout, stderr)
 }
@@ -105,14 +115,14 @@ func replayTrace(traceFile, configFile string, stderr io.Writer) (*simulate.Resu
 func writeResult(res *simulate.Result, output string, stdout, stderr io.Writer) int {
 	if output == "text" {
 		simulate.WriteText(stdout, res)
-		return 0
+		return exitOK
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(res); err != nil {
-		fmt.Fprintf(stderr, "simulate: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond simulate: %v\n", err)
+		return exitFailure
 	}
-	return 0
+	return exitOK
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,41 +9,47 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
+const validateHelp = `Usage: evictiond validate -f FILE
+
+Checks an EvictionConfiguration as the agent would load it. Exit 0: the
+configuration with every default applied on stdout, warnings on stderr.
+Exit 1: every problem on stderr, one a line ("field: value: rule").
+Exit 2: a wrong command line.
+`
+
 // runValidate: exit 0 and the normalized config on stdout; exit 1 and every
 // problem, one per line ("field: value: rule"), on stderr.
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "", "configuration file (EvictionConfiguration YAML); - for stdin")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := newFlagSet("validate", validateHelp, stdout, stderr)
+	file := fs.StringP("config", "f", "", "configuration file (EvictionConfiguration YAML), as run's --config; - for stdin")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "validate: -f FILE is required")
-		return 2
+		return usageError(fs, stderr, errors.New("-f/--config FILE is required"))
 	}
 	data, err := readInput(*file)
 	if err != nil {
-		fmt.Fprintf(stderr, "validate: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond validate: %v\n", err)
+		return exitFailure
 	}
 	cfg, errs := policy.Load(data)
 	if errs != nil {
 		for _, e := range errs {
 			fmt.Fprintln(stderr, e.Error())
 		}
-		return 1
+		return exitFailure
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	out, err := cfg.MarshalYAML()
 	if err != nil {
-		fmt.Fprintf(stderr, "validate: rendering: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "evictiond validate: rendering: %v\n", err)
+		return exitFailure
 	}
 	stdout.Write(out)
-	return 0
+	return exitOK
 }
 
 func readInput(path string) ([]byte, error) {

@@ -17,8 +17,8 @@
 //
 // The image runs as root, on purpose: the agent writes cgroup.event_control and PSI
 // trigger files (root-owned, mode 0644), reads every process' /proc/<pid> on the host PID
-// namespace, and talks to the CRI socket (root:root, mode 0660); the DaemonSet runs it
-// privileged for the same reasons (docs/install.md).
+// namespace, and talks to the CRI socket (root:root, mode 0660); the DaemonSet adds the three
+// capabilities docs/security.md justifies, not privileged (docs/install.md).
 package main
 
 import (

@@ -340,6 +340,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() {
 		a.metrics.PassDuration.Observe(time.Since(start).Seconds())
+		a.metrics.LastPass.SetToCurrentTime()
 		if a.opts.OnPass != nil {
 			a.opts.OnPass(source, &rep)
 		}

@@ -6,6 +6,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/evictiond/evictiond/internal/version"
 )
 
 const namespace = "evictiond"
@@ -32,6 +34,7 @@ type Metrics struct {
 	PodPressureSelfInflictedTotal prometheus.Counter
 	LoopWakeups                   *prometheus.CounterVec
 	PassDuration                  prometheus.Histogram
+	LastPass                      prometheus.Gauge
 	StatsAge                      *prometheus.HistogramVec
 	ObservationErr                *prometheus.CounterVec
 
@@ -46,6 +49,8 @@ type Metrics struct {
 	ConfigReloads              *prometheus.CounterVec
 	ConfigLastReloadSuccessful prometheus.Gauge
 	ConfigLastReloadTime       prometheus.Gauge
+
+	BuildInfo prometheus.Gauge
 }
 
 // New creates the metrics on a fresh registry, with the process and Go
@@ -85,6 +90,8 @@ func New() *Metrics {
 		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "pass_duration_seconds",
 			Help:    "Duration of one decision pass (refresh, decide, reclaim, evict).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		LastPass: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "last_pass_timestamp_seconds",
+			Help: "Unix time the last decision pass ended (every loop interval, and on every notifier wake-up); a loop that stops deciding stops moving it."}),
 		StatsAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "stats_age_seconds",
 			Help:    "Age of the observation an eviction decision was made on, by signal.",
 			Buckets: []float64{0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30}}, []string{"signal"}),
@@ -110,12 +117,20 @@ func New() *Metrics {
 			Help: "1 if the last configuration reload was applied, 0 if the file was rejected and the previous configuration stays in force."}),
 		ConfigLastReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last configuration applied."}),
+		BuildInfo: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+			Help:        "1, labelled with the version, the commit and the Go version the agent was built from (evictiond version).",
+			ConstLabels: buildLabels(version.Get())}),
 	}
 	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
-		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.StatsAge, m.ObservationErr,
+		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.LoopEvictions, m.LoopWorkloads,
-		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime,
+		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime, m.BuildInfo,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	m.BuildInfo.Set(1)
 	return m
+}
+
+func buildLabels(v version.Info) prometheus.Labels {
+	return prometheus.Labels{"version": v.Version, "revision": v.Revision, "goversion": v.GoVersion}
 }

@@ -9,12 +9,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // Flags are the endpoints' part of the command line.
@@ -29,7 +30,7 @@ type Flags struct {
 }
 
 // AddFlags registers the flags with their defaults.
-func (f *Flags) AddFlags(fs *flag.FlagSet) {
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.MetricsAddress, "metrics-address", ":9809", "address of /metrics: HTTPS, callers authenticated and authorized by the API server (get on nonResourceURL /metrics), unless --metrics-secure=false")
 	fs.StringVar(&f.HealthAddress, "health-address", "127.0.0.1:9810", "address of /healthz and /readyz, plain HTTP for the kubelet's probes (may equal --metrics-address when --metrics-secure=false); loopback by default: on the host network the kubelet probes there (httpGet host 127.0.0.1) and nothing off the node can")
 	fs.BoolVar(&f.Secure, "metrics-secure", true, "serve /metrics over HTTPS with authentication and authorization; false serves it over plain HTTP to anyone who can reach the port (for scraping through a mesh)")

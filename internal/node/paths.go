@@ -1,7 +1,7 @@
 package node
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 
 	"github.com/evictiond/evictiond/internal/monitor"
 	"github.com/evictiond/evictiond/internal/nodefs"
@@ -25,7 +25,7 @@ type Paths struct {
 }
 
 // AddFlags declares the node's flags on fs.
-func (p *Paths) AddFlags(fs *flag.FlagSet) {
+func (p *Paths) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&p.HostRoot, "host-root", "", "where the host's root is mounted (e.g. /host in the DaemonSet); prefixes /proc, /sys, the kubelet root and /var/log/pods")
 	fs.StringVar(&p.KubeletRootDir, "kubelet-root-dir", nodefs.DefaultKubeletRootDir, "the kubelet's root dir (nodefs, pod volumes)")
 	fs.StringVar(&p.PodLogsDir, "pod-logs-dir", nodefs.DefaultPodLogsDir, "the kubelet's pod log dir")

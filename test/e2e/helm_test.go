@@ -18,26 +18,28 @@ import (
 	"github.com/evictiond/evictiond/test/e2e/cluster"
 )
 
-// TestHelmInstall boots its own cluster and installs evictiond the way a platform team does:
-// `helm install` of charts/evictiond (Helm from hack/helm.sh, $EVICTIOND_HELM). Then the
+// TestHelmInstall boots its own cluster and installs evictiond the way the docs say, with the
+// commands read from README.md and docs/install.md (install_docs_test.go): the image loaded
+// with ctr, the namespace and its Pod Security label, `helm install --wait` of charts/evictiond
+// (Helm from hack/helm.sh, $EVICTIOND_HELM), then the documented check (`helm test`: the
+// chart's probe of the agent's /readyz from a pod beside it). Then the
 // memory episode of scenario 1 and the disk episode of scenario 3 run against it unchanged;
 // afterwards every panel of the Grafana dashboard (charts/evictiond/files/dashboard.json) shows
-// data in a real Prometheus that discovered the agent by its pod annotations; `helm upgrade
-// --reuse-values --set dryRun=true` rolls the pod to one running --dry-run; finally `helm
-// uninstall` removes the DaemonSet and its ConfigMap.
+// data in a real Prometheus that discovered the agent by its pod annotations, and every rule of
+// the chart's PrometheusRule evaluates against it and selects the agent; the documented `helm
+// upgrade -f my-values.yaml` (dryRun: true) rolls the pod to one running --dry-run; finally
+// the documented `helm uninstall` and clean-up leave no DaemonSet, ConfigMap, taint or
+// condition of evictiond's.
 func TestHelmInstall(t *testing.T) {
 	helm := os.Getenv("EVICTIOND_HELM")
 	if helm == "" {
 		t.Fatal("EVICTIOND_HELM is not set: run through make test-e2e (it builds Helm with hack/helm.sh)")
 	}
+	doc := readDocumentedInstall(t)
 	c := cluster.Start(t, cluster.Options{AuditLog: true})
 	ctx := context.Background()
-	start := time.Now()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Helm: helm})
-	if err != nil {
-		t.Fatalf("helm install evictiond: %v", err)
-	}
-	t.Logf("helm install: evictiond pod %s Ready %s after the install", pod.Name, time.Since(start).Round(time.Millisecond))
+	sh, took := installAsDocumented(t, c, helm, doc)
+	t.Logf("the documented install (image loaded, namespace, helm install --wait) took %s to a Ready agent", took.Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
@@ -48,18 +50,22 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatalf("helm status: %v\n%s", err, out)
 	}
 
+	// The documented check: helm test (templates/tests: a pod beside the agent asks its
+	// /readyz) and the DaemonSet's rollout status.
+	t.Run("HelmTest", func(t *testing.T) { sh.mustRun(t, doc.check...) })
 	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
 	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
 	t.Run("DashboardPanelsHaveData", func(t *testing.T) { testDashboardPanelsHaveData(t, c) })
+	t.Run("AlertRulesSelectTheAgents", func(t *testing.T) { testAlertRulesSelectTheAgents(t, c, helm) })
 	t.Run("UpgradeToDryRun", func(t *testing.T) {
 		before, err := c.EvictiondPod(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := c.Helm(ctx, helm, "upgrade", cluster.HelmRelease, filepath.Join("..", "..", "charts", "evictiond"),
-			"--namespace", cluster.EvictiondNamespace, "--reuse-values", "--set", "dryRun=true"); err != nil {
-			t.Fatalf("helm upgrade --set dryRun=true: %v\n%s", err, out)
+		if err := os.WriteFile(filepath.Join(sh.dir, "my-values.yaml"), []byte("dryRun: true\n"), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		sh.mustRun(t, doc.upgrade...)
 		// The DaemonSet rolls its pod: wait for a Ready pod other than the one before.
 		var after string
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -82,16 +88,9 @@ func TestHelmInstall(t *testing.T) {
 		}
 	})
 	t.Run("Uninstall", func(t *testing.T) {
-		if out, err := c.Helm(ctx, helm, "uninstall", cluster.HelmRelease, "--namespace", cluster.EvictiondNamespace, "--wait"); err != nil {
-			t.Fatalf("helm uninstall: %v\n%s", err, out)
-		}
-		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, dsErr := c.Client.AppsV1().DaemonSets(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondDaemonSet, metav1.GetOptions{})
-			_, cmErr := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondConfigMap, metav1.GetOptions{})
-			return apierrors.IsNotFound(dsErr) && apierrors.IsNotFound(cmErr), nil
-		})
-		if err != nil {
-			t.Errorf("after helm uninstall the DaemonSet %s or the ConfigMap %s is still there", cluster.EvictiondDaemonSet, cluster.EvictiondConfigMap)
+		uninstallAsDocumented(t, c, sh, doc)
+		if _, err := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after the documented uninstall the ConfigMap %s is still there (%v)", cluster.EvictiondConfigMap, err)
 		}
 	})
 }

@@ -33,8 +33,9 @@ app.kubernetes.io/name: {{ include "evictiond.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The agents' ServiceAccount: serviceAccount.name, else the full name. */}}
 {{- define "evictiond.serviceAccountName" -}}
-{{- include "evictiond.fullname" . -}}
+{{- default (include "evictiond.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
 {{- define "evictiond.image" -}}

@@ -82,16 +82,9 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	}
 	archive := opts.ImageArchive
 	if archive == "" {
-		archive = os.Getenv("EVICTIOND_IMAGE_TAR")
-	}
-	if archive == "" {
-		// This machine's platform only: the index's other platforms are make image's business.
-		cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image", "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("make image: %w: %s", err, out)
+		if archive, err = EvictiondImageArchive(ctx); err != nil {
+			return nil, err
 		}
-		archive = filepath.Join(root, "bin", "evictiond-image.tar")
 	}
 	if err := c.ImportArchive(ctx, archive); err != nil {
 		return nil, fmt.Errorf("importing evictiond's image %s: %w", archive, err)
@@ -119,6 +112,28 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	}
 	return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
 }
+
+// EvictiondImageArchive is the docker-archive of evictiond's image for this machine:
+// $EVICTIOND_IMAGE_TAR, else bin/evictiond-image.tar after `make image` of this machine's
+// platform only (the index's other platforms are make image's business).
+func EvictiondImageArchive(ctx context.Context) (string, error) {
+	if archive := os.Getenv("EVICTIOND_IMAGE_TAR"); archive != "" {
+		return archive, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image", "IMAGE_PLATFORMS=linux/"+runtime.GOARCH)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make image: %w: %s", err, out)
+	}
+	return filepath.Join(root, "bin", "evictiond-image.tar"), nil
+}
+
+// RepoRoot is the repository's top directory.
+func RepoRoot() (string, error) { return repoRoot() }
 
 // apiPort is the API server's port, which evictiond reaches on loopback (the node has no
 // kube-proxy, so the in-cluster Service address would lead nowhere).
@@ -171,8 +186,11 @@ func (c *Cluster) HelmValues(repoRoot, config string) (map[string]any, error) {
 		"host": map[string]any{
 			"rootMountPropagation": "None",
 			"criSocketDir":         c.Containerd.Dir,
-			"podLogsDir":           c.PodLogsDir,
-			"stateDir":             filepath.Join(c.Dir, "evictiond-state"),
+			// Mounted where containerd's socket usually is, as the overlay does: the agent
+			// detects it there.
+			"criSocketMountPath": "/run/containerd",
+			"podLogsDir":         c.PodLogsDir,
+			"stateDir":           filepath.Join(c.Dir, "evictiond-state"),
 		},
 		"extraArgs": []string{"--kubelet-root-dir=" + c.KubeletRootDir, "--image-fs-dir=" + c.Containerd.Root},
 		"extraEnv":  apiEnv,

@@ -200,10 +200,22 @@ func TestDashboardQueries(t *testing.T) {
 }
 
 // TestAlertExpressions: every rule of files/alerts.yaml parses and selects only evictiond's
-// metrics, or the few it documents reading from elsewhere (up, kube-state-metrics).
+// metrics, or the few it documents reading from elsewhere (up, kube-state-metrics); each
+// selector is scoped by a job matcher (the chart replaces it, so another scrape job or a
+// nameOverride does not disable the rule); each alert has promtool tests
+// (test/alerts/alerts_test.yaml) and a runbook section (docs/alerts.md).
 func TestAlertExpressions(t *testing.T) {
 	families := exportedFamilies(t)
-	others := map[string]bool{"up": true, "kube_pod_status_ready": true, "kube_pod_info": true}
+	others := map[string]bool{"up": true, "kube_pod_status_ready": true, "kube_pod_info": true,
+		"kube_daemonset_status_desired_number_scheduled": true}
+	tests, err := os.ReadFile(filepath.Join(repo, "test", "alerts", "alerts_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbook, err := os.ReadFile(filepath.Join(repo, "docs", "alerts.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	data, err := os.ReadFile(filepath.Join(repo, "charts", "evictiond", "files", "alerts.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -233,9 +245,30 @@ func TestAlertExpressions(t *testing.T) {
 					t.Errorf("alert %s: %v", r.Alert, err)
 				}
 			}
+			parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+				if vs, ok := node.(*parser.VectorSelector); ok && !hasJobMatcher(vs) {
+					t.Errorf("alert %s: %s has no job matcher (job=\"evictiond\" or job=\"kube-state-metrics\")", r.Alert, vs)
+				}
+				return nil
+			})
+			if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
+				t.Errorf("alert %s has no promtool test in test/alerts/alerts_test.yaml", r.Alert)
+			}
+			if !strings.Contains(string(runbook), "\n## "+r.Alert+"\n") {
+				t.Errorf("alert %s has no section in docs/alerts.md", r.Alert)
+			}
 		}
 	}
 	if n < 7 {
 		t.Fatalf("only %d rules found in alerts.yaml", n)
 	}
+}
+
+func hasJobMatcher(vs *parser.VectorSelector) bool {
+	for _, m := range vs.LabelMatchers {
+		if m.Name == "job" && m.Type == labels.MatchEqual && (m.Value == "evictiond" || m.Value == "kube-state-metrics") {
+			return true
+		}
+	}
+	return false
 }
