@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,10 +23,17 @@ import (
 
 func init() { commands["webhook"] = runWebhook }
 
+const webhookHelp = `Usage: evictiond webhook --agent=USER --service=NAME --secret=NAME --webhook-configuration=NAME [flags]
+
+Serves the admission webhook that holds each agent's evictions to its own node
+(docs/rbac.md): an eviction requested by the agent's ServiceAccount is allowed
+only for a pod bound to the node its token claims. Keeps its serving certificate
+in a Secret and its CA in the webhook configuration. The chart runs it.
+`
+
 // runWebhook serves the eviction webhook (internal/admission) until SIGTERM.
 func runWebhook(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("webhook", webhookHelp, stdout, stderr)
 	var cc admission.CertConfig
 	address := fs.String("address", ":9443", "address of the HTTPS endpoint /validate-eviction (and /readyz)")
 	agent := fs.String("agent", "", "username of the agent's ServiceAccount whose evictions are reviewed, system:serviceaccount:<namespace>:<name>")
@@ -37,16 +42,13 @@ func runWebhook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cc.Service, "service", "", "the webhook's Service: its certificate is for <service>.<namespace>.svc")
 	fs.StringVar(&cc.Secret, "secret", "", "Secret holding the serving certificate, created if missing and renewed before it expires")
 	fs.StringVar(&cc.WebhookConfiguration, "webhook-configuration", "", "ValidatingWebhookConfiguration whose caBundle is kept equal to the Secret's CA")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
-	for name, v := range map[string]string{"agent": *agent, "namespace": cc.Namespace, "service": cc.Service, "secret": cc.Secret, "webhook-configuration": cc.WebhookConfiguration} {
-		if v == "" {
-			fmt.Fprintf(stderr, "evictiond webhook: --%s: value \"\": required\n", name)
-			return 2
+	for _, f := range []struct{ name, value string }{{"agent", *agent}, {"namespace", cc.Namespace}, {"service", cc.Service},
+		{"secret", cc.Secret}, {"webhook-configuration", cc.WebhookConfiguration}} {
+		if f.value == "" {
+			return usageError(fs, stderr, fmt.Errorf("--%s: value \"\": required", f.name))
 		}
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -56,7 +58,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := serveWebhook(ctx, *address, *agent, *kubeconfig, cc, log); err != nil {
 		log.Error("evictiond webhook stopped", "err", err)
-		return 1
+		return exitFailure
 	}
 	return 0
 }
