@@ -129,6 +129,7 @@ func newDocShell(t *testing.T, c *cluster.Cluster, helm, archive string) *docShe
 	}
 	// The scenarios replay the agent's trace at their end (replay_test.go).
 	values["extraArgs"] = append(values["extraArgs"].([]string), traceArgs...)
+	c.RecordsTrace = true
 	data, err := yaml.Marshal(values)
 	if err != nil {
 		t.Fatal(err)

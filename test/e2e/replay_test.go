@@ -19,8 +19,7 @@ var traceArgs = []string{"--record-trace=/var/lib/evictiond/trace.jsonl"}
 
 // replayAfter checks, once the scenario passed, that the agent's trace so far
 // (this scenario's episode and those before it) replays to the same decisions.
-// An agent installed without --record-trace (TestHelmInstall runs the
-// documented install verbatim) has nothing to replay.
+// An agent installed without --record-trace has nothing to replay.
 func replayAfter(t *testing.T, c *cluster.Cluster, name string) {
 	if !c.RecordsTrace {
 		return
