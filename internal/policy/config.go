@@ -82,6 +82,9 @@ type Config struct {
 
 	LoopInterval      time.Duration
 	PodCleanupTimeout time.Duration
+	// VictimReleaseTimeout: a victim of a memory or PID signal still on the
+	// node this long after its grace period is braked and awaited no more.
+	VictimReleaseTimeout time.Duration
 
 	HousekeepingInterval time.Duration
 	MemoryFormula        string
@@ -180,6 +183,7 @@ const (
 	DefaultPressureTransitionPeriod = 5 * time.Minute
 	DefaultLoopInterval             = time.Second
 	DefaultPodCleanupTimeout        = 30 * time.Second
+	DefaultVictimReleaseTimeout     = 5 * time.Second
 	DefaultHousekeepingInterval     = 10 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
 	DefaultPSIStall                 = 100 * time.Millisecond
@@ -622,6 +626,9 @@ func (c *compiler) general(raw EvictionConfiguration, cfg *Config) {
 func (c *compiler) loopAndStats(raw EvictionConfiguration, cfg *Config) {
 	cfg.LoopInterval = c.duration("loop.interval", raw.Loop.Interval, DefaultLoopInterval, 10*time.Millisecond, time.Minute)
 	cfg.PodCleanupTimeout = c.duration("loop.podCleanupTimeout", raw.Loop.PodCleanupTimeout, DefaultPodCleanupTimeout, time.Second, 10*time.Minute)
+	// At least the kubelet's own stop path past the grace period (its pod
+	// worker notices the deletion, the runtime's minimum stop grace is 2 s).
+	cfg.VictimReleaseTimeout = c.duration("loop.victimReleaseTimeout", raw.Loop.VictimReleaseTimeout, DefaultVictimReleaseTimeout, time.Second, 10*time.Minute)
 
 	cfg.HousekeepingInterval = c.duration("stats.housekeepingInterval", raw.Stats.HousekeepingInterval, DefaultHousekeepingInterval, time.Second, 5*time.Minute)
 	cfg.MemoryFormula = raw.Stats.MemoryFormula
@@ -855,7 +862,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 		n.EnforceNodeAllocatable = []string{"pods"}
 	}
 	n.LocalStorageCapacityIsolation = ptr(cfg.LocalStorageCapacityIsolation)
-	n.Loop = LoopSettings{Interval: cfg.LoopInterval.String(), PodCleanupTimeout: cfg.PodCleanupTimeout.String()}
+	n.Loop = LoopSettings{Interval: cfg.LoopInterval.String(), PodCleanupTimeout: cfg.PodCleanupTimeout.String(), VictimReleaseTimeout: cfg.VictimReleaseTimeout.String()}
 	n.Stats = StatsSettings{HousekeepingInterval: cfg.HousekeepingInterval.String(), MemoryFormula: cfg.MemoryFormula}
 	nc := cfg.Notifier
 	n.Notifier = NotifierSettings{MemcgThresholds: ptr(nc.MemcgThresholds), MemoryEvents: ptr(nc.MemoryEvents),
