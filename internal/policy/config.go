@@ -104,6 +104,9 @@ type Config struct {
 	// Warnings are accepted settings that have no effect (as the kubelet
 	// logs them), e.g. explicit containerfs.* thresholds.
 	Warnings []string
+	// Notes explain accepted settings whose effect depends on the node,
+	// e.g. where a max(5%,500Mi) threshold changes sides.
+	Notes []string
 }
 
 // NotifierConfig is the compiled NotifierSettings.
@@ -583,6 +586,7 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 	addThresholds("evictionHard", hard, false)
 	addThresholds("evictionSoft", soft, true)
 	cfg.Warnings = append(cfg.Warnings, softNotAboveHard(cfg.Thresholds, raw.EvictionHard.given())...)
+	cfg.Notes = append(cfg.Notes, boundNotes(cfg.Thresholds)...)
 	if len(explicitContainerFs) > 0 {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s ignored: containerfs thresholds are derived from the nodefs (or, with a dedicated imagefs, imagefs) thresholds, as the kubelet does", strings.Join(explicitContainerFs, ", ")))
 	}
