@@ -134,16 +134,16 @@ type StepResult struct {
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
-	EvictionOutcome string            `json:"evictionOutcome,omitempty"`
-	Refused         []EvictionResult  `json:"refused,omitempty"`
-	LocalStorage    []EvictionResult  `json:"localStorageEvictions,omitempty"`
-	Waiting         string            `json:"waiting,omitempty"`
+	EvictionOutcome string           `json:"evictionOutcome,omitempty"`
+	Refused         []EvictionResult `json:"refused,omitempty"`
+	LocalStorage    []EvictionResult `json:"localStorageEvictions,omitempty"`
+	Waiting         string           `json:"waiting,omitempty"`
 	// Escalated are soft evictions in flight requested again with the hard
 	// grace period (a hard threshold met meanwhile).
-	Escalated []EvictionResult `json:"escalated,omitempty"`
-	Pending   []string         `json:"pending,omitempty"`
-	Notes           []string          `json:"notes,omitempty"`
-	Observations    map[string]ObsOut `json:"observations,omitempty"`
+	Escalated    []EvictionResult  `json:"escalated,omitempty"`
+	Pending      []string          `json:"pending,omitempty"`
+	Notes        []string          `json:"notes,omitempty"`
+	Observations map[string]ObsOut `json:"observations,omitempty"`
 }
 
 // ThresholdMet is a met threshold with its numbers.
