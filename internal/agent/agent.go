@@ -147,6 +147,8 @@ func (a *Agent) Run(ctx context.Context) {
 			watchTimer.Stop()
 		}
 	}()
+	release := &releaseWake{}
+	defer release.stop()
 	for {
 		if a.watch == nil {
 			watchC = nil
@@ -154,9 +156,13 @@ func (a *Agent) Run(ctx context.Context) {
 			watchTimer = time.NewTimer(a.engine.Config().Brake.SampleInterval)
 			watchC = watchTimer.C
 		}
+		release.set(a.engine.NextReleaseBy(), a.opts.Clock.Now())
 		select {
 		case <-ctx.Done():
 			return
+		case <-release.c:
+			release.fired()
+			a.pass(ctx, "release")
 		case <-watchC:
 			watchC = nil
 			a.watchTick()

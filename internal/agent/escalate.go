@@ -87,3 +87,35 @@ func (a *Agent) brakeOverdue(s *policy.ThresholdStatus, pods []*v1.Pod) (*BrakeR
 	}
 	return br, killing || br != nil && br.Frozen != ""
 }
+
+// releaseWake is Run's timer for the next victim release bound
+// (policy.Engine.NextReleaseBy): a pass then brakes the victim if it is
+// overdue, instead of the next tick up to loop.interval later.
+type releaseWake struct {
+	at    time.Time
+	timer *time.Timer
+	c     <-chan time.Time
+}
+
+// set arms the timer for next (zero: none) unless it is armed for it already.
+func (w *releaseWake) set(next, now time.Time) {
+	if next.Equal(w.at) {
+		return
+	}
+	w.stop()
+	w.at = next
+	if !next.IsZero() {
+		w.timer = time.NewTimer(max(next.Sub(now), 0))
+		w.c = w.timer.C
+	}
+}
+
+// fired forgets the bound the timer fired for.
+func (w *releaseWake) fired() { w.at, w.timer, w.c = time.Time{}, nil, nil }
+
+func (w *releaseWake) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.timer, w.c = nil, nil
+}

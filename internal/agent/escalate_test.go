@@ -6,7 +6,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/evictiond/evictiond/internal/brake"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -147,5 +149,26 @@ func TestEscalation_OverdueVictimWithoutBrakeHoldsNothingBack(t *testing.T) {
 	}
 	if got := callNames(ev); len(got) != 3 || got[2] != "hog" {
 		t.Fatalf("evictor calls %v, want hog evicted once slow was overdue", got)
+	}
+}
+
+// The loop wakes at a victim's release bound: with loop.interval at a minute
+// and no crossing to wake it, the victim (still listed: it ignores its
+// eviction) is braked by a pass of its own once 1 s of hard grace plus
+// loop.victimReleaseTimeout (1 s) have passed, not a minute later.
+func TestRun_TheLoopWakesAtAVictimsReleaseBound(t *testing.T) {
+	n := newLiveNode(1 << 20) // 1 MiB/s: the graceful path, the brake's rate never fires
+	fz := &stuckFreezer{held: map[types.UID]brake.Hold{}, killing: make(chan types.UID, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(fz.release) })
+	_, evicted, _, _ := runningAgent(t, n, fz, "loop: {interval: 1m, victimReleaseTimeout: 1s}\n")
+	if got := waitFor(t, evicted, "the crossing's eviction"); got != "hog" {
+		t.Fatalf("evicted %s, want hog", got)
+	}
+	start := time.Now()
+	if uid := waitFor(t, fz.killing, "the overdue victim's kill"); uid != "hog" {
+		t.Fatalf("killing %s, want hog", uid)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("braked %v after its eviction, before its 1 s grace and 1 s bound", d)
 	}
 }

@@ -96,3 +96,20 @@ func (e *Engine) Overdue() []OverdueVictim {
 	}
 	return out
 }
+
+// NextReleaseBy is the earliest release bound still ahead of now among the
+// victims on the node (zero: none): the loop wakes then, so an overdue
+// victim is braked at its bound, not at the next tick after it.
+func (e *Engine) NextReleaseBy() time.Time {
+	now := e.clock.Now()
+	var next time.Time
+	for _, p := range e.pending {
+		if p.braked || !p.goneAt.IsZero() || !releaseBounded(p.signal) || !p.releaseBy.After(now) {
+			continue
+		}
+		if next.IsZero() || p.releaseBy.Before(next) {
+			next = p.releaseBy
+		}
+	}
+	return next
+}
