@@ -28,7 +28,11 @@ func (a *Agent) escalate(ctx context.Context, cands []policy.Candidate, obs poli
 	out := make([]eviction.Result, 0, len(cands))
 	for _, c := range cands {
 		res := a.evictor.Evict(ctx, []policy.Candidate{c})
-		a.metrics.Evictions.WithLabelValues(string(c.Signal), "escalated_"+string(res.Outcome)).Inc()
+		result := "escalated"
+		if res.Outcome != eviction.OutcomeEvicted {
+			result = "escalation_failed"
+		}
+		a.metrics.Evictions.WithLabelValues(string(c.Signal), result).Inc()
 		o := obs[c.Signal]
 		a.log.Warn("soft eviction escalated: the hard threshold is met while it is in flight", "pod", podKeyOf(c.Pod), "uid", c.Pod.UID,
 			"outcome", res.Outcome, "signal", c.Signal, "gracePeriodSeconds", c.GracePeriodSeconds,
