@@ -104,12 +104,8 @@ func TestEscalation(t *testing.T) {
 		// The kubelet does not act on the shortened grace: at the hard grace (1 s) plus
 		// loop.victimReleaseTimeout (5 s) after the escalation, evictiond freezes the victim
 		// and kills it through its cgroup.
-		overdue := waitEvent(t, c, e.Namespace, "slow", "EvictionOverdue", 20*time.Second)
-		braked := overdue.FirstTimestamp.Time
-		if overdue.EventTime.Time.After(braked) {
-			braked = overdue.EventTime.Time
-		}
-		freed := waitPodsAvailable(t, escalationHard+(512<<20), 10*time.Second)
+		freed := waitPodsAvailable(t, escalationHard+(512<<20), 20*time.Second)
+		overdue := waitEvent(t, c, e.Namespace, "slow", "EvictionOverdue", 10*time.Second)
 		t.Logf("EvictionOverdue: %s", overdue.Message)
 		t.Logf("escalated %v after the crossing; memory back above the hard threshold %v after the escalation",
 			e.CrossingToEscalated.Round(time.Millisecond), freed.Sub(e.EscalatedAt).Round(time.Millisecond))
