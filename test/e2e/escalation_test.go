@@ -59,20 +59,10 @@ const (
 // No OOM kill in either. EVICTIOND_E2E_ESCALATION_RUNS repeats the first episode (the
 // latency figures of docs/benchmarks.md).
 func TestEscalation(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{})
-	ctx := context.Background()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: escalationConfig})
-	if err != nil {
-		t.Fatalf("deploying evictiond: %v", err)
-	}
-	t.Logf("evictiond pod %s Ready", pod.Name)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(80))
-		}
-	})
+	c, _ := clusterWithEvictiond(t, cluster.Options{}, cluster.DeployOptions{Config: escalationConfig})
 	runs := 1
 	if v := os.Getenv("EVICTIOND_E2E_ESCALATION_RUNS"); v != "" {
+		var err error
 		if runs, err = strconv.Atoi(v); err != nil || runs < 1 {
 			t.Fatalf("EVICTIOND_E2E_ESCALATION_RUNS=%q: must be a count of 1 or more", v)
 		}
