@@ -101,9 +101,11 @@ type releaseWake struct {
 	c     <-chan time.Time
 }
 
-// set arms the timer for next (zero: none) unless it is armed for it already.
+// set arms the timer for next (zero: none) unless it is armed for it
+// already, or armed for a bound now due: that one fires first (NextReleaseBy
+// no longer returns a bound that has passed).
 func (w *releaseWake) set(next, now time.Time) {
-	if next.Equal(w.at) {
+	if next.Equal(w.at) || w.c != nil && !w.at.After(now) {
 		return
 	}
 	w.stop()
