@@ -506,9 +506,13 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 		if p.goneAt.IsZero() && escalates(t, p) {
 			// Requested again with the hard grace period in this pass
 			// (Selection.Escalate): gone within seconds or braked at its
-			// releaseBy, so what it holds is credited.
-			credit += p.expected
-			creditFrom = append(creditFrom, p.key+" (escalated)")
+			// releaseBy, so what it holds is credited — within
+			// loop.podCleanupTimeout of its eviction, as any pending victim's
+			// wait, in case the request fails every pass (API unreachable).
+			if now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
+				credit += p.expected
+				creditFrom = append(creditFrom, p.key+" (escalated)")
+			}
 			continue
 		}
 		if p.goneAt.IsZero() && e.overdue(p, now) {
