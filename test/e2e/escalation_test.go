@@ -67,12 +67,15 @@ func TestEscalation(t *testing.T) {
 			t.Fatalf("EVICTIOND_E2E_ESCALATION_RUNS=%q: must be a count of 1 or more", v)
 		}
 	}
-	var latencies []time.Duration
+	var latencies, freed []time.Duration
 	for i := range runs {
 		t.Run(fmt.Sprintf("HardCrossingShortensTheSlowVictimsGrace/%d", i+1), func(t *testing.T) {
 			e := &slowVictimEpisode{Namespace: fmt.Sprintf("e2e-escalation-%d", i+1)}
 			e.run(t, c)
 			latencies = append(latencies, e.CrossingToEscalated)
+			back := waitPodsAvailable(t, escalationHard+(512<<20), 30*time.Second)
+			freed = append(freed, back.Sub(e.Crossing))
+			t.Logf("hard crossing -> the slow victim's memory back (kubepods above the threshold + 512Mi): %v", back.Sub(e.Crossing).Round(time.Millisecond))
 			// The kubelet honours the shortened grace: the slow victim is gone in seconds,
 			// not 300 s, and nothing else was needed.
 			gone := waitPodGone(t, c, e.Namespace, "slow", e.SlowUID, 30*time.Second)
@@ -81,12 +84,8 @@ func TestEscalation(t *testing.T) {
 			e.checkHogUntouched(t, c)
 		})
 	}
-	if len(latencies) > 0 {
-		s := slices.Clone(latencies)
-		slices.Sort(s)
-		t.Logf("escalation latency (hard crossing -> the slow victim's grace shortened, seen on the API) over %d runs: min %v, median %v, max %v",
-			len(s), s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
-	}
+	logSpread(t, "escalation latency (hard crossing -> the slow victim's grace shortened, seen on the API)", latencies)
+	logSpread(t, "hard crossing -> the slow victim's memory back", freed)
 	t.Run("StuckKubeletSlowVictimBraked", func(t *testing.T) {
 		killedBefore := brakeKills(t, c)
 		e := &slowVictimEpisode{Namespace: "e2e-escalation-stuck", PauseKubelet: true}
@@ -115,6 +114,17 @@ func TestEscalation(t *testing.T) {
 			t.Errorf("evictiond_brake_total killed grew by %d during the episode, want 1", n)
 		}
 	})
+}
+
+// logSpread logs min, median and max of the runs' durations.
+func logSpread(t *testing.T, what string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	t.Logf("%s over %d runs: min %v, median %v, max %v", what, len(s),
+		s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }
 
 // brakeKills reads evictiond_brake_total{result="killed"} for the memory signal.
