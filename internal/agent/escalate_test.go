@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,9 +59,15 @@ func callNames(ev *fakeEvictor) []string {
 // hard grace period, and the next pod goes too when what the slow victim
 // holds does not cover the need.
 func TestEscalation_HardCrossingDuringASlowSoftEvictionActsInItsPass(t *testing.T) {
+	for _, ignored := range []int{1, 5, 29} {
+		t.Run(fmt.Sprintf("SIGTERM ignored %ds", ignored), func(t *testing.T) { testHardCrossingActsInItsPass(t, ignored) })
+	}
+}
+
+func testHardCrossingActsInItsPass(t *testing.T, ignored int) {
 	a, clock, stats, ev, _ := slowVictimAgent(t, 200<<20, 100<<20)
-	// 5 s of SIGTERM ignored: the soft threshold waits for it, as it should.
-	for range 5 {
+	// SIGTERM ignored for a while: the soft threshold waits for it, as it should.
+	for range ignored {
 		a.Pass(context.Background(), "ticker")
 		clock.now = clock.now.Add(time.Second)
 	}
