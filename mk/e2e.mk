@@ -51,3 +51,12 @@ bench-ramp: k8s-binaries containerd-binaries e2e-deps
 demo-cluster: k8s-binaries containerd-binaries e2e-deps
 	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) $(GO) test -tags 'e2e demo' -count=1 -timeout 15m -run '^TestDemo$$' -v ./test/e2e/ \
 		| grep --line-buffered -E '^(demo:|--- FAIL|FAIL)|_test.go:'"
+
+# make e2e-clean: removes what an interrupted e2e run or bench left (processes started from
+# its directories, kubepods cgroups, mounts, the CNI bridge, container log links, the
+# directories: test/e2e/cluster/leftovers.go). It waits for every tier's lock first, so it
+# never touches a run in progress.
+.PHONY: e2e-clean
+e2e-clean:
+	flock /tmp/evictiond-cluster.lock flock /tmp/evictiond-real.lock flock /tmp/evictiond-vm.lock \
+		$(GO) run -tags e2e ./hack/e2e-clean

@@ -173,7 +173,7 @@ func TestSimulate_UsageErrors(t *testing.T) {
 	if code, _, stderr := run("simulate", "-f", "../../examples/pid-pressure.yaml", "-o", "yaml"); code != 2 || stderr != "simulate: -o \"yaml\": must be json or text\n" {
 		t.Errorf("-o yaml: exit %d stderr %q", code, stderr)
 	}
-	if code, _, stderr := run("simulate"); code != 2 || stderr != "simulate: -f SCENARIO is required\n" {
+	if code, _, stderr := run("simulate"); code != 2 || stderr != "simulate: one of -f SCENARIO or --trace FILE is required\n" {
 		t.Errorf("no -f: exit %d stderr %q", code, stderr)
 	}
 }

@@ -35,6 +35,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	f.Serving.AddFlags(fs)
 	f.Node.AddFlags(fs)
 	fs.BoolVar(&f.DryRun, "dry-run", false, "decide and report (logs, Events, metrics) without evicting, reclaiming or writing node status; overrides dryRun in the config")
+	fs.StringVar(&f.RecordTrace, "record-trace", "", "write the node's readings and the loop's decisions to this file, for `evictiond simulate --trace` (docs/simulate.md); off when empty")
+	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", daemon.DefaultTraceMaxBytes, "stop recording the trace past this size")
 	fs.BoolVar(&f.debug, "debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -36,7 +36,10 @@ type Options struct {
 	// applied, to rebuild what depends on it (evictor, reclaimer, notifier
 	// thresholds). The engine is updated by the agent itself.
 	OnConfig func(*policy.Config)
-	Clock    policy.Clock
+	// OnPass runs in the loop goroutine at the end of every pass with what it
+	// saw and did (the trace recorder's decisions, internal/daemon).
+	OnPass func(source string, rep *Report)
+	Clock  policy.Clock
 	// Sleep waits on Clock (the brake's second reading); nil: time.Sleep.
 	Sleep  func(time.Duration)
 	Logger *slog.Logger
@@ -70,7 +73,10 @@ type Agent struct {
 	stages passStages
 	// watch follows the last graceful victim of a hard threshold between
 	// passes; offLoop runs the brake's kills beside the loop (victims.go).
-	watch   *gracefulWatch
+	watch *gracefulWatch
+	// watchAt is the watch's next tick when Advance drives the loop (zero:
+	// a watch Advance has not scheduled yet).
+	watchAt time.Time
 	offLoop *offLoop
 
 	mu           sync.Mutex
@@ -240,10 +246,59 @@ type ReclaimStepReport struct {
 // It settles what the pass left beside the loop (the graceful watch, on the
 // clock; the brake's kills) before it returns, so the report is complete.
 func (a *Agent) Pass(ctx context.Context, source string) Report {
-	rep := a.pass(ctx, source)
+	rep := a.PassOnce(ctx, source)
 	a.settle(ctx)
 	rep.Pending = a.engine.Pending()
 	return rep
+}
+
+// PassOnce runs one decision now, as Run does on a wake: a configuration
+// handed over by Reload applies first; the kills the pass started are waited
+// for (a node's kill is reported back to the loop) but the graceful watch it
+// started is left running: Advance ticks it at its times. `evictiond
+// simulate` and the replay drive the loop with Advance and PassOnce, so the
+// watch's readings and the passes interleave as they do in Run.
+func (a *Agent) PassOnce(ctx context.Context, source string) Report {
+	select {
+	case cfg := <-a.reloads:
+		a.applyConfig(cfg)
+	default:
+	}
+	rep := a.pass(ctx, source)
+	a.offLoop.wg.Wait()
+	a.finishKills()
+	rep.Pending = a.engine.Pending()
+	return rep
+}
+
+// Advance runs, on the clock, what Run runs between passes up to until: the
+// graceful watch's ticks due by then, each at its own time (the first one
+// brake.sampleInterval after the clock's time at the call that finds the
+// watch new, as Run's timer starts when the pass that began it returns), and
+// the kills that ended. The clock is left at until.
+func (a *Agent) Advance(ctx context.Context, until time.Time) {
+	interval := a.engine.Config().Brake.SampleInterval
+	for a.watch != nil && ctx.Err() == nil {
+		if a.watchAt.IsZero() {
+			a.watchAt = a.opts.Clock.Now().Add(interval)
+		}
+		if a.watchAt.After(until) {
+			break
+		}
+		if wait := a.watchAt.Sub(a.opts.Clock.Now()); wait > 0 {
+			a.sleep(wait)
+		}
+		a.watchTick()
+		a.watchAt = a.opts.Clock.Now().Add(interval)
+	}
+	if a.watch == nil {
+		a.watchAt = time.Time{}
+	}
+	if wait := until.Sub(a.opts.Clock.Now()); wait > 0 {
+		a.sleep(wait)
+	}
+	a.offLoop.wg.Wait()
+	a.finishKills()
 }
 
 // HoldConditions keeps conds (the pressure the node shows from a previous run)
@@ -262,7 +317,12 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
 	a.stages = passStages{start: start}
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
-	defer func() { a.metrics.PassDuration.Observe(time.Since(start).Seconds()) }()
+	defer func() {
+		a.metrics.PassDuration.Observe(time.Since(start).Seconds())
+		if a.opts.OnPass != nil {
+			a.opts.OnPass(source, &rep)
+		}
+	}()
 	a.finishKills()
 
 	a.evictor.ReportPending(ctx, a.log)

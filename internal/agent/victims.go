@@ -98,9 +98,12 @@ func (a *Agent) finishKills() {
 	}
 }
 
-// settle finishes, on the clock, what the last pass left running beside the
+// Settle finishes, on the clock, what the last pass left running beside the
 // loop: the graceful watch to its end, then the kills. Pass calls it, so
-// a Pass's report holds every action of its pass.
+// a Pass's report holds every action of its pass; a simulation driven by
+// Advance and PassOnce calls it at its end.
+func (a *Agent) Settle(ctx context.Context) { a.settle(ctx) }
+
 func (a *Agent) settle(ctx context.Context) {
 	for a.watch != nil && ctx.Err() == nil {
 		a.sleep(a.engine.Config().Brake.SampleInterval)
@@ -126,6 +129,9 @@ func (a *Agent) watchTick() {
 // startWatch follows a hard threshold's signal after a graceful eviction was
 // accepted (watchGraceful); a newer eviction's watch replaces an older one.
 func (a *Agent) startWatch(as *policy.Assessment, res eviction.Result, crossing time.Time, br *BrakeReport) {
+	if a.watch == nil {
+		a.watchAt = time.Time{} // a new watch: scheduled when its pass returns (Run's timer, Advance)
+	}
 	a.watch = &gracefulWatch{as: as, res: res, crossing: crossing, br: br,
 		until: a.opts.Clock.Now().Add(brakeWatchMax), last: as.Starved.Observation.Time}
 }

@@ -39,6 +39,8 @@ type Watcher struct {
 	// Resync re-reads the file this often even without a filesystem event
 	// (a safety net for missed events). Default 10s.
 	Resync time.Duration
+	// Accepted, when set, receives every new valid document before Apply.
+	Accepted func(data []byte)
 	// Apply receives every new valid configuration.
 	Apply func(*policy.Config)
 	// Reject receives the problems of every new invalid file; the previous
@@ -129,6 +131,9 @@ func (w *Watcher) check(log *slog.Logger) {
 			w.Reject(ferrs)
 		}
 		return
+	}
+	if w.Accepted != nil {
+		w.Accepted(data)
 	}
 	if w.Apply != nil {
 		w.Apply(cfg)

@@ -57,6 +57,8 @@ type Options struct {
 	// the node informer, so Deps.Pods must be nil.
 	NodeStatus bool
 	Logger     *slog.Logger
+	// OnPass sees every pass's report in the loop goroutine (a Recorder's).
+	OnPass func(source string, rep *agent.Report)
 }
 
 // Daemon is one node's agent with its parts.
@@ -140,7 +142,7 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		ad.Status = d.Status
 	}
 	d.Agent = agent.New(cfg, ad, agent.Options{NodeName: opts.NodeName, SelfUID: opts.SelfUID, Wake: deps.Node.Wake(),
-		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure})
+		Clock: deps.Clock, Sleep: deps.Clock.Sleep, Logger: opts.Logger.With("component", "loop"), OnConfig: d.reconfigure, OnPass: opts.OnPass})
 	deps.Node.OnBrakeExpired(d.Agent.BrakeExpired)
 	if d.Status != nil {
 		// A restart (a crash, an upgrade) does not release the pressure the node

@@ -22,6 +22,7 @@ import (
 	"github.com/evictiond/evictiond/internal/metricsserver"
 	"github.com/evictiond/evictiond/internal/node"
 	"github.com/evictiond/evictiond/internal/policy"
+	"github.com/evictiond/evictiond/internal/trace"
 )
 
 // ProcessOptions are `evictiond run`'s command line: where the configuration
@@ -39,8 +40,16 @@ type ProcessOptions struct {
 	Node node.Paths
 	// DryRun wins over the file's dryRun.
 	DryRun bool
-	Logger *slog.Logger
+	// RecordTrace, when set, is a file the node's answers to the loop and
+	// every pass's decisions are written to (internal/trace), for `evictiond
+	// simulate --trace`; RecordTraceMaxBytes bounds it.
+	RecordTrace         string
+	RecordTraceMaxBytes int64
+	Logger              *slog.Logger
 }
+
+// DefaultTraceMaxBytes bounds a trace recording (--record-trace-max-bytes).
+const DefaultTraceMaxBytes = trace.DefaultMaxBytes
 
 // RunProcess is the daemon's process on a node: it loads the configuration,
 // serves /metrics and the probes from the start, opens the real node
@@ -120,10 +129,28 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 		return err
 	}
 	cleanups = append(cleanups, n.Close)
+	var dn Node = n
+	var onPass func(string, *agent.Report)
+	var recorder *Recorder
+	if o.RecordTrace != "" {
+		w, err := trace.Create(o.RecordTrace, o.RecordTraceMaxBytes)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() {
+			if err := w.Close(); err != nil {
+				log.Error("trace recording incomplete", "path", o.RecordTrace, "err", err)
+			}
+		})
+		recorder = NewRecorder(ctx, n, w, time.Now)
+		recorder.Start(o.NodeName, types.UID(o.SelfUID), data, o.DryRun)
+		dn, onPass = recorder, recorder.OnPass
+		log.Info("recording a trace of the node's readings and the loop's decisions", "path", o.RecordTrace, "maxBytes", o.RecordTraceMaxBytes)
+	}
 
 	startStep.Store("waiting for the pod and node informers to sync with the API server")
-	d, err := New(ctx, cfg, Deps{Client: client, Node: n, Metrics: m, APIReachable: reach.Reachable},
-		Options{NodeName: o.NodeName, SelfUID: types.UID(o.SelfUID), NodeStatus: true, Logger: log})
+	d, err := New(ctx, cfg, Deps{Client: client, Node: dn, Metrics: m, APIReachable: reach.Reachable},
+		Options{NodeName: o.NodeName, SelfUID: types.UID(o.SelfUID), NodeStatus: true, Logger: log, OnPass: onPass})
 	if err != nil {
 		if ctx.Err() != nil {
 			log.Info("stopped during start-up", "step", startStep.Load())
@@ -140,6 +167,11 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 	m.ConfigReloads.WithLabelValues("rejected")
 
 	watcher := &configfile.Watcher{Path: o.ConfigPath, Log: log.With("component", "config"),
+		Accepted: func(data []byte) {
+			if recorder != nil {
+				recorder.Config(data)
+			}
+		},
 		Apply: func(c *policy.Config) {
 			o.applyOverrides(c, runtime.Endpoint)
 			m.ConfigReloads.WithLabelValues("success").Inc()

@@ -305,13 +305,16 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	defer func() { cancel(); d.Close() }()
 	res := &Result{Steps: []StepResult{}}
 	for i, st := range steps {
-		clk.SetTime(Epoch.Add(st.At))
+		// Run's order on the virtual clock: what the loop runs beside its
+		// passes (the graceful watch's readings) until the step, then its pass.
+		d.Agent.Advance(ctx, Epoch.Add(st.At))
 		node.Apply(st.Input)
-		rep := d.Agent.Pass(ctx, "simulate")
+		rep := d.Agent.PassOnce(ctx, "simulate")
 		// Ages are the step's: the pass may have waited on the virtual clock
 		// (the brake's second reading) as it would on a node.
 		res.Steps = append(res.Steps, stepResult(string(sc.Steps[i].At), rep, cfg, Epoch.Add(st.At)))
 	}
+	d.Agent.Settle(ctx)
 	return res, nil
 }
 

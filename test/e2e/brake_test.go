@@ -41,7 +41,7 @@ brake: {enabled: true}
 // milliseconds after the crossing, killed once the eviction is accepted, no OOM kill,
 // bystanders untouched, the pod's cgroups gone from kubepods).
 func TestBrake(t *testing.T) {
-	c, _ := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{Config: brakeConfig})
+	c, _ := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{Config: brakeConfig, ExtraArgs: traceArgs})
 	// First: the measured eviction path then still is the initial 2 s.
 	t.Run("SlowRampKeepsTheGracefulPath", func(t *testing.T) { testSlowRampKeepsTheGracefulPath(t, c) })
 	t.Run("FastRampFrozenAndKilled", func(t *testing.T) { testFastRampFrozenAndKilled(t, c) })
@@ -222,6 +222,7 @@ func testSlowRampKeepsTheGracefulPath(t *testing.T, c *cluster.Cluster) {
 // 8 of 14 runs; against a measured eviction path of 0.4-1.2 s the graceful path could then
 // be enough, and the scenario tested nothing of the brake.)
 func testFastRampFrozenAndKilled(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "brake")
 	e := &brakeEpisode{Namespace: "e2e-brake-fast", HogArgs: []string{"-rate-mib=4000", "-ignore-sigterm"}, Hogs: 2}
 	e.run(t, c)
 	e.checkBystanders(t)

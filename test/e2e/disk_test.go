@@ -44,6 +44,7 @@ func listedImages(t *testing.T, c *cluster.Cluster) []string {
 // images (node-level reclaim), and, when that is not enough, evicts the pod — the images are
 // gone before any pod is evicted, and exactly one pod is evicted.
 func testDiskPressure(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "evictiond")
 	const ns = "e2e-disk"
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)

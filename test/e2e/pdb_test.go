@@ -25,6 +25,7 @@ import (
 // evict, evictiond follows the escalation (evictions refused, then a direct delete) with a
 // Warning Event at each step.
 func testPDB(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "evictiond")
 	const ns = "e2e-pdb"
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)

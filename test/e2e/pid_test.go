@@ -58,6 +58,7 @@ func readProc(t *testing.T, path string) string {
 // testPIDPressure is scenario 4: a pod holding many threads is evicted under PID pressure,
 // set relative to what the machine uses now, and a bystander keeps running.
 func testPIDPressure(t *testing.T, c *cluster.Cluster) {
+	replayAfter(t, c, "evictiond")
 	const ns = "e2e-pids"
 	ctx := context.Background()
 	createNamespace(t, c.Client, ns)

@@ -57,6 +57,8 @@ type DeployOptions struct {
 	// Helm, when set, is a helm binary: evictiond is installed from charts/evictiond with
 	// `helm install` (HelmValues) instead of applying deploy/ through the e2e overlay.
 	Helm string
+	// ExtraArgs are added to `evictiond run`'s (overlay only).
+	ExtraArgs []string
 }
 
 // DeployEvictiond imports evictiond's image, renders deploy/ through the e2e overlay
@@ -87,13 +89,16 @@ func (c *Cluster) DeployEvictiond(ctx context.Context, opts DeployOptions) (*cor
 	if err := c.ImportArchive(ctx, archive); err != nil {
 		return nil, fmt.Errorf("importing evictiond's image %s: %w", archive, err)
 	}
+	if opts.Helm != "" && len(opts.ExtraArgs) > 0 {
+		return nil, fmt.Errorf("DeployOptions.ExtraArgs: %q: only with the overlay, not with Helm", opts.ExtraArgs)
+	}
 	if opts.Helm != "" {
 		if err := c.HelmInstallEvictiond(ctx, opts.Helm, root, opts.Config); err != nil {
 			return nil, err
 		}
 		return c.WaitEvictiondReady(ctx, opts.ReadyTimeout)
 	}
-	manifests, err := c.RenderEvictiond(root, opts.Config)
+	manifests, err := c.RenderEvictiond(root, opts.Config, opts.ExtraArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -209,8 +214,8 @@ func (c *Cluster) Helm(ctx context.Context, helm string, args ...string) ([]byte
 // directory inside the cluster's tree, and the kubelet's root dir and containerd's root as
 // flags (read under --host-root). The containerd directory is mounted where deploy/ mounts
 // /run/containerd: its socket is named containerd.sock there too. config, when set,
-// replaces config.yaml.
-func (c *Cluster) RenderEvictiond(repoRoot, config string) ([]byte, error) {
+// replaces config.yaml; extraArgs are added to the command line.
+func (c *Cluster) RenderEvictiond(repoRoot, config string, extraArgs ...string) ([]byte, error) {
 	dir := filepath.Join(c.Dir, "overlay-run")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
@@ -238,7 +243,7 @@ spec:
             - --kubelet-root-dir=%[7]s
             - --image-fs-dir=%[8]s
             - --pod-logs-dir=%[5]s
-          # deploy/ mounts the pod logs at /host/var/log/pods, a mount point the read-only
+%[9]s          # deploy/ mounts the pod logs at /host/var/log/pods, a mount point the read-only
           # host mount must already hold; this machine has no /var/log/pods (the kubelet's
           # logs are in the cluster's tree), so the volume goes where the logs are.
           volumeMounts:
@@ -257,7 +262,7 @@ spec:
         - name: state
           hostPath: {path: %[6]q, type: DirectoryOrCreate}
 `, EvictiondDaemonSet, EvictiondNamespace, apiPort, c.Containerd.Dir, c.PodLogsDir, filepath.Join(c.Dir, "evictiond-state"),
-		c.KubeletRootDir, c.Containerd.Root)
+		c.KubeletRootDir, c.Containerd.Root, extraArgLines(extraArgs))
 	// kustomize takes no absolute resource paths: point at the overlay relative to dir.
 	overlay, err := filepath.Rel(dir, filepath.Join(repoRoot, "test", "e2e", "overlay"))
 	if err != nil {
@@ -527,3 +532,16 @@ func boundingCapabilities() (uint64, error) {
 	}
 	return 0, errors.New("/proc/self/status has no CapBnd line")
 }
+
+// extraArgLines are args as items of the patch's args list.
+func extraArgLines(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		fmt.Fprintf(&b, "            - %q\n", a)
+	}
+	return b.String()
+}
+
+// StateDir is the host directory mounted as evictiond's state directory
+// (/var/lib/evictiond in its pod).
+func (c *Cluster) StateDir() string { return filepath.Join(c.Dir, "evictiond-state") }
