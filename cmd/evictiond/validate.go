@@ -43,6 +43,9 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
+	for _, n := range cfg.Notes {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
 	out, err := cfg.MarshalYAML()
 	if err != nil {
 		fmt.Fprintf(stderr, "evictiond validate: rendering: %v\n", err)

@@ -171,6 +171,8 @@ func (a *Agent) Run(ctx context.Context) {
 			watchTimer.Stop()
 		}
 	}()
+	release := &releaseWake{}
+	defer release.stop()
 	for {
 		if a.watch == nil {
 			watchC = nil
@@ -178,9 +180,13 @@ func (a *Agent) Run(ctx context.Context) {
 			watchTimer = time.NewTimer(a.engine.Config().Brake.SampleInterval)
 			watchC = watchTimer.C
 		}
+		release.set(a.engine.NextReleaseBy(), a.opts.Clock.Now())
 		select {
 		case <-ctx.Done():
 			return
+		case <-release.c:
+			release.fired()
+			a.pass(ctx, "release")
 		case <-watchC:
 			watchC = nil
 			a.watchTick()
@@ -232,6 +238,9 @@ type Report struct {
 	// Evictions are the Evictor's answers, in order: local-storage violators
 	// (several) or the threshold eviction (one).
 	Evictions []eviction.Result
+	// Escalations are the soft evictions in flight requested again with the
+	// hard grace period (policy.Selection.Escalate).
+	Escalations []eviction.Result
 	// Deferred counts local-storage violators left for the next pass
 	// (eviction.rateLimits.maxPerPass).
 	Deferred int
@@ -396,6 +405,10 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 		return rep
 	}
 	a.noteStarved(starved)
+	if br, braking := a.brakeOverdue(starved, pods); braking {
+		rep.Brake = br
+		return rep
+	}
 
 	// Ranking needs every pod's fresh memory and process counts; the
 	// assessment holds the same Pods map, so it sees them.
@@ -414,6 +427,9 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	sel := a.engine.Select(assessment, fresh, a.candidatesWanted(starved.Threshold))
 	a.stages.selected = time.Now()
 	rep.Selection = &sel
+	if len(sel.Escalate) > 0 {
+		rep.Escalations = a.escalate(ctx, sel.Escalate, fresh)
+	}
 	if sel.Waiting != "" {
 		a.heldBack(slog.LevelInfo, "no eviction this pass", "signal", starved.Threshold.Signal, "why", sel.Waiting)
 		rep.Brake = a.brakePending(assessment, pods)

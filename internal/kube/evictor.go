@@ -306,6 +306,9 @@ func (e *Evictor) Evict(ctx context.Context, candidates []Candidate) eviction.Re
 	if len(candidates) == 0 {
 		return eviction.Result{Outcome: eviction.OutcomeNoCandidates}
 	}
+	if candidates[0].Escalated {
+		return e.requestAgain(ctx, candidates[0])
+	}
 	p := evictPass{opts: e.options(), candidates: candidates}
 	p.now = p.opts.Clock.Now()
 	if res, held := e.coolingDown(p); held {

@@ -36,9 +36,11 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 		t := Threshold{Signal: pt.Signal, Hard: pt.Hard()}
 		if pt.Value.Quantity != nil {
 			t.Available = pt.Value.Quantity.Value()
-		} else {
+		}
+		if !pt.Value.IsQuantity() {
 			t.Percentage = float64(pt.Value.Percentage)
 		}
+		t.Bound = pt.Value.Bound
 		if i, dup := index[t.name()]; dup {
 			if higherThan(t, opts.Thresholds[i]) {
 				opts.Thresholds[i] = t
@@ -54,6 +56,9 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 // higherThan compares two thresholds of one signal; mixed forms (bytes and
 // percentage) cannot be compared without the capacity, so the first stays.
 func higherThan(a, b Threshold) bool {
+	if a.Bound != "" || b.Bound != "" {
+		return false
+	}
 	if a.Percentage > 0 && b.Percentage > 0 {
 		return a.Percentage > b.Percentage
 	}

@@ -404,7 +404,7 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 		if !ok {
 			continue
 		}
-		key := fmt.Sprintf("%s %d %g", t.name(), t.Available, t.Percentage)
+		key := fmt.Sprintf("%s %d %g %s", t.name(), t.Available, t.Percentage, t.Bound)
 		now := o.Available < t.resolve(o.Capacity)
 		if now != met[key] { // an unseen threshold counts as "not met" before
 			crossed = true

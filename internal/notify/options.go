@@ -120,6 +120,11 @@ func (o Options) Validate() error {
 				policy.SignalPIDAvailable, policy.SignalNodeFsAvailable))
 		}
 		switch {
+		case t.Bound != "" && t.Bound != policy.BoundMax && t.Bound != policy.BoundMin:
+			bad(field+".bound", t.Bound, "must be max, min or empty")
+		case t.Bound != "" && (t.Available <= 0 || t.Percentage <= 0 || t.Percentage >= 1):
+			bad(field, fmt.Sprintf("available=%d percentage=%g bound=%s", t.Available, t.Percentage, t.Bound), "a bounded threshold needs available > 0 and percentage within (0, 1)")
+		case t.Bound != "":
 		case t.Available != 0 && t.Percentage != 0:
 			bad(field, fmt.Sprintf("available=%d percentage=%g", t.Available, t.Percentage), "set exactly one of available and percentage")
 		case t.Available < 0:

@@ -95,6 +95,10 @@ type Threshold struct {
 	Available int64
 	// Percentage of capacity, in (0, 1).
 	Percentage float64
+	// Bound, when set, makes the threshold the larger (policy.BoundMax) or
+	// smaller (policy.BoundMin) of Available and Percentage, both set
+	// (policy's max(5%,500Mi) form).
+	Bound policy.Bound
 }
 
 // memory reports whether a kernel memcg notifier can watch the threshold.
@@ -105,8 +109,14 @@ func (t Threshold) memory() bool {
 // resolve returns the threshold in bytes for the given capacity, as the
 // kubelet's GetThresholdQuantity does.
 func (t Threshold) resolve(capacity int64) int64 {
-	if t.Percentage > 0 {
-		return int64(float64(capacity) * t.Percentage)
+	pct := int64(float64(capacity) * t.Percentage)
+	switch {
+	case t.Bound == policy.BoundMax:
+		return max(pct, t.Available)
+	case t.Bound == policy.BoundMin:
+		return min(pct, t.Available)
+	case t.Percentage > 0:
+		return pct
 	}
 	return t.Available
 }

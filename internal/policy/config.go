@@ -82,6 +82,9 @@ type Config struct {
 
 	LoopInterval      time.Duration
 	PodCleanupTimeout time.Duration
+	// VictimReleaseTimeout: a victim of a memory or PID signal still on the
+	// node this long after its grace period is braked and awaited no more.
+	VictimReleaseTimeout time.Duration
 
 	HousekeepingInterval time.Duration
 	MemoryFormula        string
@@ -104,6 +107,9 @@ type Config struct {
 	// Warnings are accepted settings that have no effect (as the kubelet
 	// logs them), e.g. explicit containerfs.* thresholds.
 	Warnings []string
+	// Notes explain accepted settings whose effect depends on the node,
+	// e.g. where a max(5%,500Mi) threshold changes sides.
+	Notes []string
 }
 
 // NotifierConfig is the compiled NotifierSettings.
@@ -183,6 +189,7 @@ const (
 	DefaultPressureTransitionPeriod = 5 * time.Minute
 	DefaultLoopInterval             = time.Second
 	DefaultPodCleanupTimeout        = 30 * time.Second
+	DefaultVictimReleaseTimeout     = 5 * time.Second
 	DefaultHousekeepingInterval     = 10 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
 	DefaultPSIStall                 = 100 * time.Millisecond
@@ -585,6 +592,7 @@ func (c *compiler) thresholds(raw EvictionConfiguration, cfg *Config) signalMaps
 	addThresholds("evictionHard", hard, false)
 	addThresholds("evictionSoft", soft, true)
 	cfg.Warnings = append(cfg.Warnings, softNotAboveHard(cfg.Thresholds, raw.EvictionHard.given())...)
+	cfg.Notes = append(cfg.Notes, boundNotes(cfg.Thresholds)...)
 	if len(explicitContainerFs) > 0 {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s ignored: containerfs thresholds are derived from the nodefs (or, with a dedicated imagefs, imagefs) thresholds, as the kubelet does", strings.Join(explicitContainerFs, ", ")))
 	}
@@ -628,6 +636,9 @@ func (c *compiler) general(raw EvictionConfiguration, cfg *Config) {
 func (c *compiler) loopAndStats(raw EvictionConfiguration, cfg *Config) {
 	cfg.LoopInterval = c.duration("loop.interval", raw.Loop.Interval, DefaultLoopInterval, 10*time.Millisecond, time.Minute)
 	cfg.PodCleanupTimeout = c.duration("loop.podCleanupTimeout", raw.Loop.PodCleanupTimeout, DefaultPodCleanupTimeout, time.Second, 10*time.Minute)
+	// At least the kubelet's own stop path past the grace period (its pod
+	// worker notices the deletion, the runtime's minimum stop grace is 2 s).
+	cfg.VictimReleaseTimeout = c.duration("loop.victimReleaseTimeout", raw.Loop.VictimReleaseTimeout, DefaultVictimReleaseTimeout, time.Second, 10*time.Minute)
 
 	cfg.HousekeepingInterval = c.duration("stats.housekeepingInterval", raw.Stats.HousekeepingInterval, DefaultHousekeepingInterval, time.Second, 5*time.Minute)
 	cfg.MemoryFormula = raw.Stats.MemoryFormula
@@ -861,7 +872,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 		n.EnforceNodeAllocatable = []string{"pods"}
 	}
 	n.LocalStorageCapacityIsolation = ptr(cfg.LocalStorageCapacityIsolation)
-	n.Loop = LoopSettings{Interval: cfg.LoopInterval.String(), PodCleanupTimeout: cfg.PodCleanupTimeout.String()}
+	n.Loop = LoopSettings{Interval: cfg.LoopInterval.String(), PodCleanupTimeout: cfg.PodCleanupTimeout.String(), VictimReleaseTimeout: cfg.VictimReleaseTimeout.String()}
 	n.Stats = StatsSettings{HousekeepingInterval: cfg.HousekeepingInterval.String(), MemoryFormula: cfg.MemoryFormula}
 	nc := cfg.Notifier
 	n.Notifier = NotifierSettings{MemcgThresholds: ptr(nc.MemcgThresholds), MemoryEvents: ptr(nc.MemoryEvents),

@@ -51,9 +51,9 @@ func softNotAboveHard(ts []Threshold, hardGiven map[string]string) (warnings []s
 		}
 		var below bool
 		switch {
-		case s.Value.Quantity != nil && h.Value.Quantity != nil:
+		case s.Value.IsQuantity() && h.Value.IsQuantity():
 			below = s.Value.Quantity.Cmp(*h.Value.Quantity) <= 0
-		case s.Value.Quantity == nil && h.Value.Quantity == nil:
+		case s.Value.Quantity == nil && h.Value.Quantity == nil: // both plain percentages
 			below = s.Value.Percentage <= h.Value.Percentage
 		default:
 			continue

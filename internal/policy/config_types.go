@@ -75,6 +75,11 @@ type LoopSettings struct {
 	// PodCleanupTimeout bounds the wait for an evicted pod to be gone before
 	// another victim may be chosen. Default 30s.
 	PodCleanupTimeout string `json:"podCleanupTimeout,omitempty"`
+	// VictimReleaseTimeout: a victim of a memory or PID signal still on the
+	// node this long after its grace period ended holds back no other
+	// eviction, and is braked (frozen, then killed through its cgroup) while
+	// a threshold of its resource is met. Default 5s, 1s..10m.
+	VictimReleaseTimeout string `json:"victimReleaseTimeout,omitempty"`
 }
 
 // StatsSettings tune how signals are read.

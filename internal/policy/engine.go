@@ -85,6 +85,10 @@ type Selection struct {
 	// Waiting, when set, says why no victim is chosen now (an earlier
 	// eviction still terminating, or its expected reclaim covers the need).
 	Waiting string
+	// Escalate are soft evictions still in flight when a hard threshold of
+	// the same resource is met: the caller requests each again with the hard
+	// grace period (engine_escalate.go), whether or not Waiting is set.
+	Escalate []Candidate
 }
 
 // pendingEviction is an eviction whose effect is not yet visible in the stats.
@@ -101,6 +105,10 @@ type pendingEviction struct {
 	// hard: evicted with the hard grace period; only those measure the path
 	// the brake races against (soft ones wait out a longer grace).
 	hard bool
+	// grace is the grace period requested; releaseBy is when a victim still
+	// holding its resource is overdue (engine_escalate.go).
+	grace     time.Duration
+	releaseBy time.Time
 }
 
 // Engine carries the state the kubelet's eviction manager keeps between
@@ -273,6 +281,7 @@ func (e *Engine) Select(a *Assessment, obs Observations, max int) Selection {
 	}
 	t := a.Starved.Threshold
 	sel := Selection{Signal: t.Signal}
+	sel.Escalate = e.escalations(a, obs)
 	if w := e.waiting(a.Now, t, obs); w != "" {
 		sel.Waiting = w
 		return sel
@@ -500,6 +509,21 @@ func (e *Engine) waiting(now time.Time, t Threshold, obs Observations) string {
 	var credit int64
 	var creditFrom []string
 	for _, p := range e.pending {
+		if p.goneAt.IsZero() && escalates(t, p) {
+			// Requested again with the hard grace period in this pass
+			// (Selection.Escalate): gone within seconds or braked at its
+			// releaseBy, so what it holds is credited — within
+			// loop.podCleanupTimeout of its eviction, as any pending victim's
+			// wait, in case the request fails every pass (API unreachable).
+			if now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
+				credit += p.expected
+				creditFrom = append(creditFrom, p.key+" (escalated)")
+			}
+			continue
+		}
+		if p.goneAt.IsZero() && e.overdue(p, now) {
+			continue // the brake's (Overdue): it holds back no other victim
+		}
 		if p.goneAt.IsZero() && now.Sub(p.evictedAt) < e.cfg.PodCleanupTimeout {
 			if p.signal == "" {
 				return fmt.Sprintf("waiting for %s to terminate (already terminating when evictiond started, deletion requested %v ago; up to loop.podCleanupTimeout %v)",

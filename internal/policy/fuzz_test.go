@@ -37,6 +37,10 @@ func FuzzParseThresholds(f *testing.F) {
 		" , memory.available < 1Gi ,",
 		"<",
 		">%",
+		"memory.available<max(5%,500Mi),nodefs.available<min(10%, 50Gi)",
+		"memory.available<max(5%,500Mi",
+		"memory.available<max(5%,500Mi)),nodefs.available<10%",
+		"memory.available<min(max(1%,1Gi),2Gi)",
 	} {
 		f.Add(seed, true)
 		f.Add(seed, false)
@@ -47,7 +51,7 @@ func FuzzParseThresholds(f *testing.F) {
 			t.Fatalf("ParseFlagForm(%q) returned a nil map", s)
 		}
 		statements := 0
-		for _, stmt := range strings.Split(strings.TrimSpace(s), ",") {
+		for _, stmt := range splitStatements(strings.TrimSpace(s)) {
 			if strings.TrimSpace(stmt) != "" {
 				statements++
 			}

@@ -435,7 +435,7 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 // thresholdText is the threshold as a quantity: the user's quantity, or a
 // percentage resolved against capacity.
 func thresholdText(t Threshold, capacity int64) string {
-	if t.Value.Quantity != nil && t.Signal.Resource() != ResourceInodes && t.Signal.Resource() != ResourcePIDs {
+	if t.Value.IsQuantity() && t.Signal.Resource() != ResourceInodes && t.Signal.Resource() != ResourcePIDs {
 		return t.Value.Quantity.String()
 	}
 	return FormatValue(t.Signal, t.quantity(capacity))

@@ -12,20 +12,33 @@ import (
 )
 
 // ThresholdValue is a threshold or minimum reclaim: a quantity, or a
-// percentage of the signal's capacity.
+// percentage of the signal's capacity, or (thresholds only) the larger or
+// smaller of a percentage and a quantity (Bound; thresholds_bound.go).
 type ThresholdValue struct {
 	Quantity   *resource.Quantity
 	Percentage float32
+	// Bound, when set, combines Percentage and Quantity: max(10%,2Gi) is
+	// never below 2Gi, min(10%,2Gi) never above it.
+	Bound Bound
 }
 
 // Resolve returns the value in the signal's unit against capacity, as the
 // kubelet's GetThresholdQuantity does.
 func (v ThresholdValue) Resolve(capacity int64) int64 {
-	if v.Quantity != nil {
+	pct := int64(float64(capacity) * float64(v.Percentage))
+	switch {
+	case v.Bound == BoundMax:
+		return max(pct, v.Quantity.Value())
+	case v.Bound == BoundMin:
+		return min(pct, v.Quantity.Value())
+	case v.Quantity != nil:
 		return v.Quantity.Value()
 	}
-	return int64(float64(capacity) * float64(v.Percentage))
+	return pct
 }
+
+// IsQuantity: the value is a plain quantity (not a percentage, not bounded).
+func (v ThresholdValue) IsQuantity() bool { return v.Quantity != nil && v.Bound == "" }
 
 // Threshold is one compiled eviction threshold.
 type Threshold struct {
@@ -85,10 +98,13 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	if val == "" {
 		return nil, "", fmt.Errorf("must not be empty")
 	}
+	if b, args, ok := boundForm(val); ok {
+		return parseBoundThreshold(signal, val, b, args)
+	}
 	if strings.HasSuffix(val, "%") {
 		p, err := strconv.ParseFloat(strings.TrimSuffix(val, "%"), 32)
 		if err != nil || math.IsNaN(p) {
-			return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+			return nil, "", fmt.Errorf("%s", thresholdFormsRule)
 		}
 		if p == 0 || p == 100 {
 			// 0% and 100% disable the signal. The kubelet matches the exact
@@ -116,7 +132,7 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	}
 	q, err := resource.ParseQuantity(val)
 	if err != nil {
-		return nil, "", fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		return nil, "", fmt.Errorf("%s", thresholdFormsRule)
 	}
 	if q.Sign() <= 0 {
 		return nil, "", fmt.Errorf("eviction threshold must be positive")
@@ -190,7 +206,7 @@ func ParseFlagForm(s string, thresholds bool) (map[string]string, []FieldError) 
 	if s == "" {
 		return out, nil
 	}
-	for _, stmt := range strings.Split(s, ",") {
+	for _, stmt := range splitStatements(s) {
 		stmt = strings.TrimSpace(stmt)
 		if stmt == "" {
 			continue

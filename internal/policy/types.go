@@ -261,6 +261,11 @@ type Candidate struct {
 	// eviction and killed it on the node: its departure then says nothing
 	// about how long the normal eviction path takes.
 	Braked bool
+	// Escalated: the pod's soft eviction is in flight and a hard threshold of
+	// the same resource is met; this is the same eviction requested again
+	// with the hard grace period, not a new disruption (no token, no
+	// cool-down; engine_escalate.go).
+	Escalated bool
 }
 
 // Clock is the time source of the engine; tests and simulate inject a virtual one.

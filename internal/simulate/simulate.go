@@ -151,7 +151,10 @@ type StepResult struct {
 	Refused         []EvictionResult `json:"refused,omitempty"`
 	LocalStorage    []EvictionResult `json:"localStorageEvictions,omitempty"`
 	Waiting         string           `json:"waiting,omitempty"`
-	Pending         []string         `json:"pending,omitempty"`
+	// Escalated are soft evictions in flight requested again with the hard
+	// grace period (a hard threshold met meanwhile).
+	Escalated []EvictionResult `json:"escalated,omitempty"`
+	Pending   []string         `json:"pending,omitempty"`
 	// Loops are the eviction loops this step's eviction is part of.
 	Loops        []LoopResult      `json:"loops,omitempty"`
 	Notes        []string          `json:"notes,omitempty"`
@@ -173,6 +176,9 @@ type ThresholdMet struct {
 	GraceSatisfied    bool   `json:"graceSatisfied"`
 	FreshStats        bool   `json:"freshStats"`
 	DerivedFrom       string `json:"derivedFrom,omitempty"`
+	// Explain says, for a max()/min() threshold, which side won at this
+	// capacity and the resulting amount.
+	Explain string `json:"explain,omitempty"`
 }
 
 // ReclaimResult is one node-level reclaim step.
@@ -487,8 +493,26 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 		}
 	}
 	sel := rep.Selection
+	if sel == nil || len(sel.Candidates) == 0 {
+		if b := rep.Brake; b != nil && b.Frozen != "" {
+			// The brake took a victim already evicted: overdue past its grace
+			// period (agent/escalate.go), or pending while the ramp outran it.
+			action := "freeze and kill the pending victim: the ramp would outrun its termination"
+			if sel == nil {
+				action = "freeze and kill the overdue victim; the next victim is chosen on the next pass if the signal is still crossed"
+			}
+			sr.Brake = &BrakeResult{Fire: true, Reason: b.Reason, Action: action, Frozen: b.Frozen, Killed: b.Killed}
+		}
+	}
 	if sel == nil {
 		return sr
+	}
+	for _, ev := range rep.Escalations {
+		if ev.Victim != nil {
+			sr.Escalated = append(sr.Escalated, evictionResult(*ev.Victim))
+		} else {
+			sr.Notes = append(sr.Notes, "escalation not done: "+outcomeNote(ev, cfg))
+		}
 	}
 	sr.Waiting = sel.Waiting
 	for _, r := range sel.Ranking {
@@ -567,6 +591,9 @@ func thresholdMet(m policy.ThresholdStatus) ThresholdMet {
 		Available:         policy.FormatValue(t.Signal, m.Observation.Available),
 		Capacity:          policy.FormatValue(t.Signal, capacityValue(t.Signal, m.Observation)),
 		GraceSatisfied:    m.GraceSatisfied, FreshStats: m.Fresh, DerivedFrom: string(t.DerivedFrom),
+	}
+	if t.Value.Bound != "" {
+		out.Explain = t.Value.Explain(t.Signal, t.Raw, m.Observation.Capacity)
 	}
 	if t.Signal.IsPSI() {
 		out.Operator = ">"

@@ -29,6 +29,9 @@ func WriteText(w io.Writer, r *Result) {
 				stale = ", stats not newer than last pass"
 			}
 			fmt.Fprintf(w, "  threshold met: %s %s %s (%s) — %s: %s%s\n", t.Signal, t.Operator, t.Threshold, kind, valueWord(t.Operator), t.Available, stale)
+			if t.Explain != "" {
+				fmt.Fprintf(w, "    %s\n", t.Explain)
+			}
 		}
 		if len(s.NodeConditions) > 0 {
 			fmt.Fprintf(w, "  node conditions: %s\n", strings.Join(s.NodeConditions, ", "))
@@ -56,6 +59,9 @@ func WriteText(w io.Writer, r *Result) {
 			} else {
 				fmt.Fprintf(w, "  no brake: %s\n", b.Reason)
 			}
+		}
+		for _, e := range s.Escalated {
+			fmt.Fprintf(w, "  ESCALATE %s (grace now %ds)\n    why: %s\n", e.Pod, e.GracePeriodSeconds, e.Reason)
 		}
 		for _, e := range s.Refused {
 			fmt.Fprintf(w, "  eviction of %s refused (PodDisruptionBudget)\n", e.Pod)

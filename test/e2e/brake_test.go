@@ -41,18 +41,7 @@ brake: {enabled: true}
 // milliseconds after the crossing, killed once the eviction is accepted, no OOM kill,
 // bystanders untouched, the pod's cgroups gone from kubepods).
 func TestBrake(t *testing.T) {
-	c := cluster.Start(t, cluster.Options{AuditLog: true})
-	ctx := context.Background()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{Config: brakeConfig, ExtraArgs: traceArgs})
-	if err != nil {
-		t.Fatalf("deploying evictiond: %v", err)
-	}
-	t.Logf("evictiond pod %s Ready", pod.Name)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(80))
-		}
-	})
+	c, _ := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{Config: brakeConfig, ExtraArgs: traceArgs})
 	// First: the measured eviction path then still is the initial 2 s.
 	t.Run("SlowRampKeepsTheGracefulPath", func(t *testing.T) { testSlowRampKeepsTheGracefulPath(t, c) })
 	t.Run("FastRampFrozenAndKilled", func(t *testing.T) { testFastRampFrozenAndKilled(t, c) })

@@ -23,19 +23,7 @@ import (
 // runs the scenarios against it.
 func TestEvictiond(t *testing.T) {
 	// The audit log is how the scenarios see which requests reached the API server.
-	c := cluster.Start(t, cluster.Options{AuditLog: true})
-	ctx := context.Background()
-	start := time.Now()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{ExtraArgs: traceArgs})
-	if err != nil {
-		t.Fatalf("deploying evictiond: %v", err)
-	}
-	t.Logf("evictiond DaemonSet pod %s Ready %s after the apply", pod.Name, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
-		}
-	})
+	c, _ := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{ExtraArgs: traceArgs})
 	createNamespace(t, c.Client, unevictableNamespace)
 
 	t.Run("EvictionsHeldToTheAgentsNode", func(t *testing.T) { testEvictionsHeldToTheAgentsNode(t, c) })

@@ -143,3 +143,22 @@ func startBystanders(t *testing.T, c *cluster.Cluster, ns string) []*corev1.Pod 
 	}
 	return bystanders
 }
+
+// clusterWithEvictiond boots a cluster and deploys evictiond with deploy, waits for its
+// pod to be Ready (returned), and on failure logs evictiond's last lines at the teardown.
+func clusterWithEvictiond(t *testing.T, opts cluster.Options, deploy cluster.DeployOptions) (*cluster.Cluster, *corev1.Pod) {
+	t.Helper()
+	c := cluster.Start(t, opts)
+	start := time.Now()
+	pod, err := c.DeployEvictiond(context.Background(), deploy)
+	if err != nil {
+		t.Fatalf("deploying evictiond: %v", err)
+	}
+	t.Logf("evictiond DaemonSet pod %s Ready %s after the apply", pod.Name, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(80))
+		}
+	})
+	return c, pod
+}

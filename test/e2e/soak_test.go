@@ -42,17 +42,8 @@ func TestSoak(t *testing.T) {
 		}
 		duration = d
 	}
-	c := cluster.Start(t, cluster.Options{AuditLog: true})
+	c, pod := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{})
 	ctx := context.Background()
-	pod, err := c.DeployEvictiond(ctx, cluster.DeployOptions{})
-	if err != nil {
-		t.Fatalf("deploying evictiond: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(60))
-		}
-	})
 	cm, err := c.Client.CoreV1().ConfigMaps(cluster.EvictiondNamespace).Get(ctx, cluster.EvictiondConfigMap, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
