@@ -804,7 +804,11 @@ func checkMetricsPage(t *testing.T, d *runningDaemon) {
 	onFirstEvent := map[string]bool{"evictiond_observation_errors_total": true, "evictiond_reclaim_bytes_total": true, "evictiond_reclaim_runs_total": true,
 		"evictiond_notifier_fallback_total": true, "evictiond_notifier_wakes_total": true, "evictiond_notifier_armed": true,
 		// The brake's, from its first action.
-		"evictiond_brake_total": true, "evictiond_brake_crossing_to_frozen_seconds": true, "evictiond_brake_crossing_to_freed_seconds": true}
+		"evictiond_brake_total": true, "evictiond_brake_crossing_to_frozen_seconds": true, "evictiond_brake_crossing_to_freed_seconds": true,
+		// Reclaim before evict's (off by default), from its first request.
+		"evictiond_memory_reclaim_bytes_total": true, "evictiond_memory_reclaim_requests_total": true, "evictiond_memory_reclaim_evictions_avoided_total": true,
+		// Eviction loops', by workload kind, from the first loop.
+		"evictiond_eviction_loop_evictions_total": true, "evictiond_eviction_loop_workloads": true}
 	for _, name := range documented {
 		if !families[name] && !onFirstEvent[name] {
 			t.Errorf("metric family %s is documented in docs/metrics.md but not exposed", name)
