@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"sigs.k8s.io/yaml"
 )
@@ -74,14 +75,24 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	tm, err := top.IndexManifest()
-	if err != nil || len(tm.Manifests) != 1 {
-		t.Fatalf("index.json: %d entries (%v), want one", len(tm.Manifests), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	imageRef := tm.Manifests[0].Annotations["io.containerd.image.name"]
-	if tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != ver || imageRef != repo+":"+ver {
-		t.Errorf("the layout's image is %q tag %q; want %s:%s", imageRef, tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"], repo, ver)
+	// One tagged image; the platforms' SBOMs (OCI referrers, make image) sit beside it untagged.
+	var tagged []v1.Descriptor
+	for _, d := range tm.Manifests {
+		if d.Annotations["org.opencontainers.image.ref.name"] != "" {
+			tagged = append(tagged, d)
+		}
 	}
-	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
+	if len(tagged) != 1 {
+		t.Fatalf("index.json: %d tagged entries of %d, want one", len(tagged), len(tm.Manifests))
+	}
+	imageRef := tagged[0].Annotations["io.containerd.image.name"]
+	if tagged[0].Annotations["org.opencontainers.image.ref.name"] != ver || imageRef != repo+":"+ver {
+		t.Errorf("the layout's image is %q tag %q; want %s:%s", imageRef, tagged[0].Annotations["org.opencontainers.image.ref.name"], repo, ver)
+	}
+	idx, err := top.ImageIndex(tagged[0].Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
