@@ -78,15 +78,16 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One tagged image; the platforms' SBOMs (OCI referrers, make image) sit beside it untagged.
+	// One image (an index of the platforms); the platforms' SBOMs (artifacts whose subject is
+	// their image, make image) sit beside it.
 	var tagged []v1.Descriptor
 	for _, d := range tm.Manifests {
-		if d.Annotations["org.opencontainers.image.ref.name"] != "" {
+		if d.ArtifactType == "" {
 			tagged = append(tagged, d)
 		}
 	}
 	if len(tagged) != 1 {
-		t.Fatalf("index.json: %d tagged entries of %d, want one", len(tagged), len(tm.Manifests))
+		t.Fatalf("index.json: %d images among %d entries, want one", len(tagged), len(tm.Manifests))
 	}
 	imageRef := tagged[0].Annotations["io.containerd.image.name"]
 	if tagged[0].Annotations["org.opencontainers.image.ref.name"] != ver || imageRef != repo+":"+ver {
