@@ -79,16 +79,7 @@ func TestReplayOfARecordedScenarioAgrees(t *testing.T) {
 			if len(ev) == 0 {
 				t.Fatalf("the scenario evicts nothing: the comparison would prove nothing")
 			}
-			got, err := Replay(recs, cfg, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := Agreement(recs, got.Trace); diff != "" {
-				t.Fatal(diff)
-			}
-			if len(got.Drift) > 0 {
-				t.Fatalf("drift: %q", got.Drift)
-			}
+			requireAgreement(t, recs, cfg)
 			t.Logf("%d records: evictions %q, brake %q", len(recs), ev, br)
 		})
 	}
@@ -126,16 +117,7 @@ func TestReplayOfARealEpisodeAgrees(t *testing.T) {
 	if len(ev) != 2 || len(br) != 2 {
 		t.Fatalf("the recording should hold 2 evictions and a freeze and a kill: %q %q", ev, br)
 	}
-	got, err := Replay(recs, cfg, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := Agreement(recs, got.Trace); diff != "" {
-		t.Fatal(diff)
-	}
-	if len(got.Drift) > 0 {
-		t.Fatalf("drift: %q", got.Drift)
-	}
+	requireAgreement(t, recs, cfg)
 }
 
 // The replay must fail when the simulated side differs from the node. Two
@@ -184,4 +166,19 @@ func (s *staleFast) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed 
 func (s *staleFast) ObserveFast() policy.Observations {
 	s.Node.ObserveFast() // the recorded answer is consumed, as the real call would be
 	return s.last
+}
+
+// requireAgreement replays recs with cfg and requires the recording's decisions and no drift.
+func requireAgreement(t *testing.T, recs []trace.Record, cfg *policy.Config) {
+	t.Helper()
+	got, err := Replay(recs, cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := Agreement(recs, got.Trace); diff != "" {
+		t.Fatal(diff)
+	}
+	if len(got.Drift) > 0 {
+		t.Fatalf("drift: %q", got.Drift)
+	}
 }
