@@ -452,6 +452,8 @@ func TestLoad_BadInputErrorText(t *testing.T) {
 			want: []string{`evictionHard[memory.free]: "100Mi": unsupported eviction signal; one of ` + signalList()}},
 		{name: "unknown signal in flag form", body: `evictionSoft: "disk.available<1Gi"`,
 			want: []string{`evictionSoft[disk.available]: "1Gi": unsupported eviction signal; one of ` + signalList()}},
+		{name: "no signal name in flag form", body: `evictionHard: "memory.available<1Gi,<5%"`,
+			want: []string{`evictionHard: "<5%": a statement starts with a signal name of letters, digits and dots, like memory.available`}},
 		{name: "unknown top-level field", body: "evictionHrad: {memory.available: 100Mi}",
 			want: []string{`evictionHrad: "{\"memory.available\":\"100Mi\"}": unknown field: not part of EvictionConfiguration`}},
 		{name: "unknown nested field", body: "loop: {intervall: 1s}",

@@ -72,9 +72,9 @@ func (c *compiler) bytes(field, val string, def, min int64) int64 {
 	if val == "" {
 		return def
 	}
-	q, err := resource.ParseQuantity(val)
+	q, err := ParseQuantity(val)
 	if err != nil {
-		c.fail(field, "", val, "must be a quantity of bytes like 100Mi")
+		c.fail(field, "", val, QuantityRule(err, "must be a quantity of bytes like 100Mi"))
 		return def
 	}
 	limit := maxThresholdQuantity[ResourceMemory]

@@ -130,9 +130,9 @@ func parseThresholdValue(signal Signal, val string) (*ThresholdValue, string, er
 	if signal.IsPSI() {
 		return nil, "", fmt.Errorf("a pressure stall threshold is a percentage of time stalled, like 40%%")
 	}
-	q, err := resource.ParseQuantity(val)
+	q, err := ParseQuantity(val)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s", thresholdFormsRule)
+		return nil, "", fmt.Errorf("%s", QuantityRule(err, thresholdFormsRule))
 	}
 	if q.Sign() <= 0 {
 		return nil, "", fmt.Errorf("eviction threshold must be positive")
@@ -170,9 +170,9 @@ func parseMinReclaim(signal Signal, val string) (*ThresholdValue, error) {
 	if signal.IsPSI() {
 		return nil, fmt.Errorf("a pressure stall minimum reclaim is a percentage of time stalled, like 5%%")
 	}
-	q, err := resource.ParseQuantity(val)
+	q, err := ParseQuantity(val)
 	if err != nil {
-		return nil, fmt.Errorf("must be a quantity (500Mi) or a percentage (10%%)")
+		return nil, fmt.Errorf("%s", QuantityRule(err, "must be a quantity (500Mi) or a percentage (10%)"))
 	}
 	if q.Sign() < 0 {
 		return nil, fmt.Errorf("negative eviction minimum reclaim")
@@ -241,6 +241,10 @@ func ParseFlagForm(s string, thresholds bool) (map[string]string, []FieldError) 
 				continue
 			}
 		}
+		if !signalNameShape(signal) {
+			errs = append(errs, FieldError{Key: signal, Value: stmt, Rule: `a statement starts with a signal name of letters, digits and dots, like memory.available`})
+			continue
+		}
 		if _, dup := out[signal]; dup {
 			errs = append(errs, FieldError{Key: signal, Value: stmt, Rule: "duplicate signal: each signal may appear once"})
 			continue
@@ -248,6 +252,22 @@ func ParseFlagForm(s string, thresholds bool) (map[string]string, []FieldError) 
 		out[signal] = val
 	}
 	return out, errs
+}
+
+// signalNameShape reports whether name could be a signal name: non-empty,
+// letters, digits, dots, dashes and underscores. Whether it is a supported
+// signal is decided later, with the list of those in the error; this keeps a
+// name like ")" or "" from reaching the map at all.
+func signalNameShape(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // sortThresholds orders thresholds for stable output: by signal registry

@@ -645,9 +645,9 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func parseQuantity(field, v string) (int64, error) {
-	q, err := resource.ParseQuantity(v)
+	q, err := policy.ParseQuantity(v)
 	if err != nil {
-		return 0, Error{field, v, "must be a quantity like 500Mi"}
+		return 0, Error{field, v, policy.QuantityRule(err, "must be a quantity like 500Mi")}
 	}
 	if !policy.FitsInt64(q) {
 		return 0, Error{field, v, "must be at most 8Ei"}
