@@ -112,6 +112,7 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 			if file >= 0 {
 				ps.MemoryFile = &file
 			}
+			ps.MemorySwap = m.cgl().readSwapUsage(cg)
 			if n, err := m.cgl().countProcesses(cg); err != nil {
 				errs = append(errs, err.Error())
 				m.metrics.podReadErrors.WithLabelValues("processes").Inc()

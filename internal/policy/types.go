@@ -30,6 +30,17 @@ const (
 	SignalPIDAvailable               Signal = "pid.available"
 )
 
+// SignalSwapAvailable is the node's free swap (/proc/meminfo SwapFree, capacity
+// SwapTotal), which the kubelet lacks: with swap on (LimitedSwap) a node can
+// thrash in swap while memory.available looks fine. A node without swap has no
+// observation of it at all, so a threshold on it never evicts there.
+//
+// Memory+swap pressure has no signal of its own: the time tasks wait on
+// swap-ins of their working set is memory stall, which the memory PSI signals
+// (memory.pressure.*) already measure, and RAM and swap both short is
+// memory.available and swap.available met together.
+const SignalSwapAvailable Signal = "swap.available"
+
 // Pressure stall information signals, which the kubelet lacks. Their names are
 // <scope>.pressure.<some|full>.<avg10|avg60|avg300>: "memory" is the node
 // (/proc/pressure/memory), "allocatableMemory" the kubepods cgroup's
@@ -68,6 +79,9 @@ const (
 	ResourceEphemeralStorage Resource = "ephemeral-storage"
 	ResourceInodes           Resource = "inodes"
 	ResourcePIDs             Resource = "pids"
+	// ResourceSwap is the node's swap space; its shortage is memory pressure
+	// (MemoryPressure), its victims ranked by memory and swap together.
+	ResourceSwap Resource = "swap"
 )
 
 // signalInfo is the registry entry of a signal (the kubelet's
@@ -88,6 +102,7 @@ var signals = map[Signal]signalInfo{
 	SignalContainerFsAvailable:       {ResourceEphemeralStorage, v1.NodeDiskPressure, false},
 	SignalContainerFsInodesFree:      {ResourceInodes, v1.NodeDiskPressure, false},
 	SignalPIDAvailable:               {ResourcePIDs, v1.NodePIDPressure, false},
+	SignalSwapAvailable:              {ResourceSwap, v1.NodeMemoryPressure, false},
 
 	SignalMemoryPSISomeAvg10:             {ResourceMemory, v1.NodeMemoryPressure, true},
 	SignalMemoryPSISomeAvg60:             {ResourceMemory, v1.NodeMemoryPressure, true},
@@ -115,6 +130,13 @@ func (s Signal) Condition() v1.NodeConditionType { return signals[s].condition }
 // IsPSI reports whether the signal is a pressure stall signal (operator ">").
 func (s Signal) IsPSI() bool { return signals[s].psi }
 
+// InBytes reports whether the signal's observations and thresholds are byte
+// amounts (memory, swap, disk space), not counts or stall percentages.
+func (s Signal) InBytes() bool {
+	r := signals[s].resource
+	return !s.IsPSI() && (r == ResourceMemory || r == ResourceSwap || r == ResourceEphemeralStorage)
+}
+
 // IsMemory reports whether the signal is about memory.
 func (s Signal) IsMemory() bool { return signals[s].resource == ResourceMemory }
 
@@ -122,6 +144,7 @@ func (s Signal) IsMemory() bool { return signals[s].resource == ResourceMemory }
 func Signals() []Signal {
 	out := []Signal{
 		SignalMemoryAvailable, SignalAllocatableMemoryAvailable,
+		SignalSwapAvailable,
 		SignalNodeFsAvailable, SignalNodeFsInodesFree,
 		SignalImageFsAvailable, SignalImageFsInodesFree,
 		SignalContainerFsAvailable, SignalContainerFsInodesFree,
@@ -182,6 +205,9 @@ type VolumeStats struct {
 // missing first, and so does evictiond.
 type PodStats struct {
 	MemoryWorkingSet *int64
+	// MemorySwap is the pod's swap use (cgroup v2 memory.swap.current of the
+	// pod cgroup); nil where swap is not accounted (cgroup v1, swapaccount=0).
+	MemorySwap *int64
 	// MemoryFile is the pod's page cache (cgroup v2 memory.stat file, v1
 	// total_cache): what memory.reclaim can take without swap.
 	MemoryFile *int64
