@@ -741,7 +741,7 @@ func (a *Agent) publish(as *policy.Assessment, obs Observed) {
 		m.NodeCondition.WithLabelValues(string(c)).Set(v)
 	}
 	if a.status != nil {
-		a.status.SetConditions(as.Conditions)
+		a.status.SetConditions(as.Conditions, as.ConditionSignals())
 	}
 }
 
