@@ -23,14 +23,7 @@ func TestSwapExampleEvictsOnlyWithTheSwapThreshold(t *testing.T) {
 		{"kubelet's thresholds only", "evictionHard: {memory.available: 500Mi, swap.available: 25%}", "evictionHard: {memory.available: 500Mi}", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			sc, cfg, err := Decode([]byte(strings.Replace(string(data), c.from, c.to, 1)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := Run(sc, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := runScenario(t, strings.Replace(string(data), c.from, c.to, 1))
 			var got []string
 			for _, s := range res.Steps {
 				if s.Eviction != nil {
