@@ -135,7 +135,8 @@ func (n *node) swapEpisode(t *testing.T, ns, setup string, target, allowance int
 		t.Fatal(err)
 	}
 	dir := fmt.Sprintf("/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice", strings.ReplaceAll(string(pod.UID), "-", "_"))
-	swapMax := n.sh(t, "cat "+dir+"/cri-containerd-*.scope/memory.swap.max")
+	// The sandbox's scope is there too, with no swap limit of its own ("max"): the largest number is the container's.
+	swapMax := n.sh(t, "cat "+dir+"/cri-containerd-*.scope/memory.swap.max | grep -vx max | sort -n | tail -n 1")
 	if v, err := strconv.ParseInt(swapMax, 10, 64); err != nil || v < allowance/2 {
 		t.Fatalf("%s: the swapper's container has memory.swap.max %q, want LimitedSwap's ~%d MiB", setup, swapMax, allowance>>20)
 	}
@@ -166,6 +167,9 @@ func (n *node) swapEpisode(t *testing.T, ns, setup string, target, allowance int
 	})
 	if err != nil {
 		t.Errorf("%s: the swapper neither left nor reached %d MiB within 3 minutes", setup, target)
+	}
+	if watch == 0 {
+		n.waitEvents(t, ns, "Evicted", 30*time.Second) // the recorder's Event may trail the pod's deletion
 	}
 	out.oomKills = n.oomKills(t) - oomBefore
 	for _, namespace := range []string{ns, bystander.Namespace} {
