@@ -432,7 +432,7 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 			}
 			req := c.Resources.Requests[reqName]
 			if known && usage > req.Value() {
-				fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of %s. ", c.Name, fmtBytes(usage), req.String(), res)
+				fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of %s. ", c.Name, fmtBytes(usage), req.String(), reqName)
 				names = append(names, c.Name)
 				usages = append(usages, fmtBytes(usage))
 			}

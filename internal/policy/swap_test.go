@@ -73,7 +73,7 @@ func TestSwap_MetSetsMemoryPressureAndExplains(t *testing.T) {
 	e := NewEngine(mustLoad(t, "evictionHard: {memory.available: 100Mi, swap.available: 50%}\nenforceNodeAllocatable: []"), clock, "")
 	hog := newPod("hog", withRequests("memory", "1Gi"))
 	big := newPod("big", withRequests("memory", "100Mi"))
-	stats := PodStatsByUID{"hog": swapStats(Gi, 300*Mi), "big": swapStats(3*Gi, 0)}
+	stats := PodStatsByUID{"hog": swapStats(Gi+10*Mi, 300*Mi), "big": swapStats(3*Gi, 0)}
 	a := e.Assess(swapInput(clock, 400*Mi, []*v1.Pod{hog, big}, stats))
 	if a.Starved == nil || a.Starved.Threshold.Signal != SignalSwapAvailable {
 		t.Fatalf("swap.available 400Mi < 512Mi not acted on: met %v", a.Met)
@@ -91,14 +91,15 @@ func TestSwap_MetSetsMemoryPressureAndExplains(t *testing.T) {
 		t.Fatalf("victim %s, want hog (the only pod holding swap): %s", c.Pod.Name, c.Reason)
 	}
 	want := "The node was low on resource: swap. Threshold quantity: 512Mi, available: 400Mi. " +
-		"Pod was using 300Mi of swap and a working set of 1Gi, memory request 1Gi. "
+		"Pod was using 300Mi of swap and a working set of 1034Mi, memory request 1Gi. " +
+		"Container c was using 1034Mi, request is 1Gi, has larger consumption of memory. "
 	if c.Message != want {
 		t.Errorf("message:\n%q\nwant:\n%q", c.Message, want)
 	}
 	if c.Annotations[AnnotationStarvedResource] != "swap" || c.ExpectedReclaim != 300*Mi {
 		t.Errorf("starved %q, expected reclaim %d; want swap, 300Mi", c.Annotations[AnnotationStarvedResource], c.ExpectedReclaim)
 	}
-	if !strings.Contains(c.Reason, "holds 300Mi of swap; working set + swap 1324Mi exceeds its memory request 1Gi") {
+	if !strings.Contains(c.Reason, "holds 300Mi of swap; working set + swap 1334Mi exceeds its memory request 1Gi") {
 		t.Errorf("reason %q does not give the swap and the request", c.Reason)
 	}
 }
