@@ -225,7 +225,7 @@ const (
 	DefaultPollMinInterval = 5 * time.Millisecond
 	// DefaultPollIdleInterval is the configuration's (notifier.pollIdleInterval).
 	DefaultPollIdleInterval = policy.DefaultPollIdleInterval
-	DefaultPollRampRate    = int64(1) << 30
+	DefaultPollRampRate     = int64(1) << 30
 	// PollPIDRampRate is the fastest growth of tasks the poll assumes
 	// possible from rest, per second, near a pid.available threshold: a
 	// fork loop on a small node forks about 10000 a second (make bench-ramp,
