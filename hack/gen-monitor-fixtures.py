@@ -96,6 +96,8 @@ def v2(host, driver):
         w(d + "/memory.current", "%d\n" % current)
         w(d + "/memory.stat", stat(V2_STAT_KEYS, {"inactive_file": inactive}))
         w(d + "/memory.max", "max\n")
+        if uid == POD_BURSTABLE:
+            w(d + "/memory.events", "low 0\nhigh 0\nmax 1423\noom 3\noom_kill 2\noom_group_kill 0\n")
         w(d + "/cgroup.procs", "")
         for cid, procs, mem in containers:
             c = d + "/" + ctr % cid
