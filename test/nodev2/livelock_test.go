@@ -113,8 +113,9 @@ func testLivelock(t *testing.T, n *node) {
 	t.Logf("reported %v after the loop began: %s", reportAfter.Round(100*time.Millisecond), mine.Message)
 	// What the node does about it, evictiond only reporting: watch it go on for 15 s more.
 	var last *corev1.Pod
-	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 15*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := n.client.CoreV1().Pods(ns).Get(ctx, reportOnly.Name, metav1.GetOptions{})
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 15*time.Second, true, func(context.Context) (bool, error) {
+		// Not ctx: the poll's deadline must not fail the last Get.
+		p, err := n.client.CoreV1().Pods(ns).Get(context.Background(), reportOnly.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the reported pod: %v", err)
 		}
