@@ -48,6 +48,7 @@ func (a *Agent) noteLivelocks(ctx context.Context, pods []*v1.Pod, obs Observed)
 	found := a.livelock.Assess(cfg.Livelock, now, pods, obs.Pods)
 	a.metrics.PodMemoryLivelocked.Set(float64(len(found)))
 	if len(found) == 0 {
+		a.livelockHeldBack = ""
 		return nil
 	}
 	for _, l := range found {
@@ -64,7 +65,6 @@ func (a *Agent) noteLivelocks(ctx context.Context, pods []*v1.Pod, obs Observed)
 			l.Reason, restartSetting(cfg.Livelock))
 	}
 	rep := &LivelockReport{Found: found}
-	a.livelockHeldBack = ""
 	l, why := a.livelock.NextRestart(cfg, a.opts.SelfUID, now, found)
 	if l == nil {
 		rep.HeldBack = why
@@ -74,6 +74,7 @@ func (a *Agent) noteLivelocks(ctx context.Context, pods []*v1.Pod, obs Observed)
 		a.livelockHeldBack = why
 		return rep
 	}
+	a.livelockHeldBack = ""
 	if cfg.Livelock.Action == policy.LivelockKill {
 		rep.Restart = a.killLivelocked(*l, cfg)
 	} else {

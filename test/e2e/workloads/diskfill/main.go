@@ -16,7 +16,7 @@
 // its limit stalled on memory, making next to no progress (the livelock scenario). It prints
 // the pages it touched every 5 s, its progress. The kernel's readahead stays on: with
 // MADV_RANDOM each refault is one synchronous 4 KiB read that 6.1 counts as I/O pressure, not
-// memory pressure (the pod's io.pressure full 16-19%, memory.pressure full 3-4% in the v2 VM).
+// memory pressure (the pod's io.pressure full 16-19%, memory.pressure full 1-6% in the v2 VM).
 //
 // Data is written with write(2) and flushed every step, so the filesystem's free space
 // (what statfs and the disk signals see) drops as the file grows, not later.
