@@ -58,3 +58,15 @@ func TestRunFlagsDebugIsADeprecatedVerbosity(t *testing.T) {
 		t.Fatalf("ok %v, verbosity %d, stderr %q", ok, f.log.verbosity, stderr.String())
 	}
 }
+
+// The signal families of mixed units are off unless asked for (docs/metrics.md).
+func TestRunFlagsLegacySignalMetricsOffByDefault(t *testing.T) {
+	f, _, ok := parseRunFlags([]string{"--node-name=n1"}, io.Discard, io.Discard)
+	if !ok || f.LegacySignalMetrics {
+		t.Fatalf("ok %v, legacy signal metrics %v by default; want false", ok, f.LegacySignalMetrics)
+	}
+	f, _, ok = parseRunFlags([]string{"--node-name=n1", "--legacy-signal-metrics"}, io.Discard, io.Discard)
+	if !ok || !f.LegacySignalMetrics {
+		t.Fatalf("ok %v, --legacy-signal-metrics gives %v; want true", ok, f.LegacySignalMetrics)
+	}
+}

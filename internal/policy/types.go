@@ -118,6 +118,43 @@ func (s Signal) IsPSI() bool { return signals[s].psi }
 // IsMemory reports whether the signal is about memory.
 func (s Signal) IsMemory() bool { return signals[s].resource == ResourceMemory }
 
+// Unit is the base unit a signal's amounts are exported in (Prometheus'
+// naming: one unit per metric family, named by its suffix).
+type Unit string
+
+const (
+	UnitBytes  Unit = "bytes"
+	UnitInodes Unit = "inodes"
+	UnitPIDs   Unit = "pids"
+	// UnitStallRatio is a PSI signal's share of time stalled, 0 to 1: its
+	// PSIScale headroom is internal to the engine.
+	UnitStallRatio Unit = "ratio"
+)
+
+// resourceUnits: every non-PSI signal's unit follows from its resource.
+var resourceUnits = map[Resource]Unit{
+	ResourceMemory: UnitBytes, ResourceEphemeralStorage: UnitBytes, ResourceInodes: UnitInodes, ResourcePIDs: UnitPIDs,
+}
+
+// Unit is the unit the signal is exported in; "" for an unknown signal.
+func (s Signal) Unit() Unit {
+	if s.IsPSI() {
+		return UnitStallRatio
+	}
+	return resourceUnits[s.Resource()]
+}
+
+// InUnit converts an amount of the signal as the engine carries it (an
+// observation's Available, a resolved threshold) to its Unit: a PSI
+// headroom becomes the stalled share, (PSIScale - v) / PSIScale; other
+// amounts are already bytes, inodes or PIDs.
+func (s Signal) InUnit(v int64) float64 {
+	if s.IsPSI() {
+		return float64(PSIScale-v) / PSIScale
+	}
+	return float64(v)
+}
+
 // Signals lists every known signal, kubelet signals first, in a fixed order.
 func Signals() []Signal {
 	out := []Signal{
