@@ -22,7 +22,7 @@ import (
 const livelockWindow = 20 * time.Second
 
 // livelockConfig is evictiond's configuration in the livelock scenario, livelock.restart on
-// or off. livelock.fullStall is 10%: the looping pod's own full avg10 reads 13-23% under TCG
+// or off. livelock.fullStall is 8%: the looping pod's own full avg10 reads 11-25% under TCG
 // once its 10 s average has filled (the emulated page-fault path is most of each refault's
 // time, and the kernel counts it as running, not stalled); an idle pod's reads 0.
 func livelockConfig(restart bool) string {
@@ -34,7 +34,7 @@ evictionMaxPodGracePeriod: 5
 loop: {interval: 1s, podCleanupTimeout: 30s}
 exclusions: {daemonSetPods: true}
 nodeStatus: {conditions: own}
-livelock: {window: %s, fullStall: "10%%", restart: {enabled: %v}}
+livelock: {window: %s, fullStall: "8%%", restart: {enabled: %v}}
 `, livelockWindow, restart)
 }
 
