@@ -99,6 +99,8 @@ def v2(host, driver):
             w(d + "/memory.pressure", "some avg10=12.50 avg60=4.10 avg300=1.00 total=123456\nfull avg10=3.20 avg60=1.00 avg300=0.20 total=45678\n")
         w(d + "/memory.stat", stat(V2_STAT_KEYS, {"inactive_file": inactive}))
         w(d + "/memory.max", "max\n")
+        if uid == POD_BURSTABLE:
+            w(d + "/memory.events", "low 0\nhigh 0\nmax 1423\noom 3\noom_kill 2\noom_group_kill 0\n")
         w(d + "/cgroup.procs", "")
         for cid, procs, mem in containers:
             c = d + "/" + ctr % cid

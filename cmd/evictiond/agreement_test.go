@@ -78,6 +78,9 @@ func simulateEvictions(t *testing.T, file string) []eviction {
 		for _, e := range s.Escalated { // a soft eviction requested again, before the pass's eviction
 			out = append(out, eviction{At: at, Pod: e.Pod, Kind: "evict"})
 		}
+		if r := s.LivelockRestart; r != nil && r.Action == "evict" && r.Outcome == "evicted" { // before the threshold's
+			out = append(out, eviction{At: at, Pod: r.Pod, Kind: "evict"})
+		}
 		if s.Eviction != nil {
 			kind := "evict"
 			if s.EvictionOutcome == "deleted" {

@@ -76,6 +76,10 @@ type Agent struct {
 	// selfStalled are the pods reported stalled against their own limits
 	// (podpressure.go), reported once per episode.
 	selfStalled map[types.UID]bool
+	// livelock follows pods at their memory limit (livelock.go);
+	// livelockHeldBack is the last "not restarted" logged.
+	livelock         *policy.LivelockTracker
+	livelockHeldBack string
 
 	// stages times the current pass's steps up to the brake, for the
 	// brake's log line (where the milliseconds from the crossing went).
@@ -130,7 +134,8 @@ func New(cfg *policy.Config, deps Deps, opts Options) *Agent {
 		stats: deps.Stats, pods: deps.Pods, status: deps.Status, evictor: deps.Evictor, reclaim: deps.Reclaimer,
 		recorder: deps.Recorder, metrics: deps.Metrics, log: opts.Logger, reloads: make(chan *policy.Config, 1),
 		freezer: deps.Freezer, sleep: opts.Sleep, offLoop: newOffLoop(),
-		memReclaimer: deps.MemoryReclaimer, memState: memoryReclaimState{asked: map[types.UID]time.Time{}}}
+		memReclaimer: deps.MemoryReclaimer, memState: memoryReclaimState{asked: map[types.UID]time.Time{}},
+		livelock: policy.NewLivelockTracker()}
 	a.resetThresholdGauges()
 	a.initLoops(opts.LoopJournal, deps.Owners)
 	return a
@@ -231,6 +236,9 @@ type Report struct {
 	// PodPressure lists the pods stalled against their own memory limits
 	// and the PSI signals they explain, when there are any.
 	PodPressure *policy.PodPressureAssessment
+	// Livelock lists the pods livelocked at their memory limit and the
+	// restart requested, when there are any.
+	Livelock *LivelockReport
 	// Reclaim is the node-level reclaim run, if any.
 	Reclaim *ReclaimReport
 	// Selection is the victim choice, when a threshold needed an eviction.
@@ -375,6 +383,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	if rep.PodPressure = a.notePodPressure(pods, obs); rep.PodPressure != nil {
 		in.Explained = rep.PodPressure.Explained
 	}
+	rep.Livelock = a.noteLivelocks(ctx, pods, obs)
 
 	fast := a.recordFastReadings()
 	assessment := a.engine.Assess(in)

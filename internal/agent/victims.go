@@ -46,6 +46,8 @@ type killResult struct {
 	killed   int
 	freedAt  time.Time
 	err      error
+	// livelock is set for a livelock restart's kill (livelock.go).
+	livelock *policy.Livelock
 }
 
 // offLoop holds the kills in flight; their results wait in done until the
@@ -65,16 +67,22 @@ func newOffLoop() *offLoop {
 // killHeld kills a held pod whose eviction was accepted, off the loop: the
 // kill starts now, its confirmation (the tasks gone) is reported back.
 func (a *Agent) killHeld(res eviction.Result, h brake.Hold, d policy.BrakeDecision, crossing time.Time, br *BrakeReport) {
+	a.killOffLoop(killResult{res: res, hold: h, decision: d, crossing: crossing, br: br})
+}
+
+// killOffLoop kills r.hold's pod on its own goroutine and reports r back to
+// the loop with the kill's outcome; a pod being killed is not thawed meanwhile.
+func (a *Agent) killOffLoop(r killResult) {
 	o := a.offLoop
-	if o.killing[h.UID] {
+	if o.killing[r.hold.UID] {
 		return
 	}
-	o.killing[h.UID] = true
+	o.killing[r.hold.UID] = true
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
-		_, n, _, err := a.freezer.Kill(h.UID, brakeKillTimeout)
-		r := killResult{res: res, hold: h, decision: d, crossing: crossing, br: br, killed: n, freedAt: a.opts.Clock.Now(), err: err}
+		_, r.killed, _, r.err = a.freezer.Kill(r.hold.UID, brakeKillTimeout)
+		r.freedAt = a.opts.Clock.Now()
 		o.mu.Lock()
 		o.done = append(o.done, r)
 		o.mu.Unlock()
@@ -138,6 +146,10 @@ func (a *Agent) startWatch(as *policy.Assessment, res eviction.Result, crossing 
 
 // recordKill logs, counts and reports a kill that ended.
 func (a *Agent) recordKill(r killResult) {
+	if r.livelock != nil {
+		a.recordLivelockKill(r)
+		return
+	}
 	d, h := r.decision, r.hold
 	if r.err != nil {
 		a.metrics.BrakeTotal.WithLabelValues(string(d.Signal), "kill_failed").Inc()

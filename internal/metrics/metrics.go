@@ -36,6 +36,9 @@ type Metrics struct {
 
 	PodPressureSelfInflicted      prometheus.Gauge
 	PodPressureSelfInflictedTotal prometheus.Counter
+	PodMemoryLivelocked           prometheus.Gauge
+	PodMemoryLivelocksTotal       prometheus.Counter
+	PodMemoryLivelockRestarts     *prometheus.CounterVec
 	LoopWakeups                   *prometheus.CounterVec
 	PassDuration                  prometheus.Histogram
 	LastPass                      prometheus.Gauge
@@ -95,6 +98,12 @@ func NewWithOptions(o Options) *Metrics {
 			Help: "Pods stalled on memory against their own limit now (memory.pressure some avg10 at or above podPressure.stall, at 90% of memory.max or more) while no memory threshold of the node is met."}),
 		PodPressureSelfInflictedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "pod_memory_pressure_self_inflicted_total",
 			Help: "Episodes of a pod stalled on memory against its own limit (each also a SelfInflictedMemoryPressure Event on the pod)."}),
+		PodMemoryLivelocked: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "pod_memory_livelocked",
+			Help: "Pods livelocked at their memory limit now: at 90% of memory.max or more, memory.pressure full avg10 at or above livelock.fullStall for livelock.window, no OOM kill meanwhile."}),
+		PodMemoryLivelocksTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "pod_memory_livelocks_total",
+			Help: "Episodes of a pod livelocked at its memory limit (each also a MemoryLivelock Event on the pod)."}),
+		PodMemoryLivelockRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "pod_memory_livelock_restarts_total",
+			Help: "Restarts of livelocked pods (livelock.restart) by action (evict, kill) and outcome (the eviction outcomes; killed, kill_failed)."}, []string{"action", "outcome"}),
 		LoopWakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "loop_wakeups_total",
 			Help: "Decision loop passes by what woke the loop (ticker, notifier, config)."}, []string{"source"}),
 		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "pass_duration_seconds",
@@ -139,7 +148,8 @@ func NewWithOptions(o Options) *Metrics {
 		r.MustRegister(m.legacy.available, m.legacy.capacity, m.legacy.threshold)
 	}
 	r.MustRegister(m.ThresholdMet, m.NodeCondition,
-		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
+		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal,
+		m.PodMemoryLivelocked, m.PodMemoryLivelocksTotal, m.PodMemoryLivelockRestarts, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.LoopEvictions, m.LoopWorkloads,
 		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime, m.BuildInfo,

@@ -8,9 +8,11 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
-// readPodPressure reads a pod cgroup's memory.pressure, memory.current and
-// memory.max (cgroup v2 only: nil on v1 or when a file cannot be read, which
-// only leaves the pod out of the self-inflicted pressure check).
+// readPodPressure reads a pod cgroup's memory.pressure, memory.current,
+// memory.max and memory.events oom_kill (cgroup v2 only: nil on v1 or when
+// one of the first three cannot be read, which only leaves the pod out of the
+// self-inflicted pressure and livelock checks; an unreadable memory.events
+// leaves OOMKills at -1, which leaves it out of the livelock check alone).
 func (m *Monitor) readPodPressure(podCgroup string) *policy.PodMemoryPressure {
 	l := m.cgl()
 	if l.version != CgroupV2 {
@@ -31,6 +33,9 @@ func (m *Monitor) readPodPressure(podCgroup string) *policy.PodMemoryPressure {
 	}
 	if limit < nodefs.UnlimitedMemory {
 		out.Limit = limit
+	}
+	if err := nodefs.ReadStatKeys(filepath.Join(dir, "memory.events"), map[string]*int64{"oom_kill": &out.OOMKills}); err != nil {
+		out.OOMKills = -1
 	}
 	return &out
 }

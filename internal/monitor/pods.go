@@ -247,7 +247,8 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 // not while the kubepods cgroup's own some avg10 reads 0.00. PSI is
 // hierarchical, a task stalled in a pod is stalled in kubepods on the same CPU,
 // so no pod can then show the stall policy.AssessPodPressure looks for (its
-// some avg10 above zero), short of a pod's stall averaged over kubepods' busier
+// some avg10 above zero), nor the livelock check's (its full avg10 at or above
+// livelock.fullStall, above zero), short of a pod's stall averaged over kubepods' busier
 // CPUs rounding below 0.005%. Unknown kubepods pressure reads the pods.
 func (m *Monitor) podsMayStall(s *Snapshot) bool {
 	if m.cgl().version != CgroupV2 {

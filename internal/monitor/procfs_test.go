@@ -97,3 +97,30 @@ func FuzzParsePSI(f *testing.F) {
 		}
 	})
 }
+
+// TestReadPodPressure_OOMKills reads a pod cgroup's memory.pressure, usage,
+// limit and memory.events oom_kill from the v2 fixture; a pod without
+// memory.events keeps its reading with OOMKills -1 (left out of the
+// livelock check only).
+func TestReadPodPressure_OOMKills(t *testing.T) {
+	m, err := New(Config{HostRoot: "testdata/v2-systemd", CgroupDriver: CgroupDriverSystemd, DisableCAdvisor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p PodRef) *policy.PodMemoryPressure {
+		t.Helper()
+		cg, err := m.locatePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.readPodPressure(cg)
+	}
+	got := read(fixturePods[0])
+	want := policy.PodMemoryPressure{Some: [3]int64{1250, 410, 100}, Full: [3]int64{320, 100, 20}, Usage: 256 << 20, OOMKills: 2}
+	if got == nil || *got != want {
+		t.Fatalf("burstable pod: %+v, want %+v", got, want)
+	}
+	if be := read(fixturePods[2]); be == nil || be.OOMKills != -1 {
+		t.Errorf("pod without memory.events: %+v, want OOMKills -1", be)
+	}
+}

@@ -100,6 +100,7 @@ type Config struct {
 	Loops          LoopsConfig
 	MemoryReclaim  MemoryReclaimConfig
 	PodPressure    PodPressureConfig
+	Livelock       LivelockConfig
 	DryRun         bool
 
 	// Normalized is the document with every default applied.
@@ -479,6 +480,7 @@ func Compile(raw EvictionConfiguration) (*Config, FieldErrors) {
 	cfg.Loops = c.loops(raw.EvictionLoops)
 	cfg.MemoryReclaim = c.memoryReclaim(raw.MemoryReclaim)
 	cfg.PodPressure = c.podPressure(raw.PodPressure)
+	cfg.Livelock = c.livelock(raw.Livelock)
 	cfg.DryRun = raw.DryRun
 
 	if len(c.errs) > 0 {
@@ -905,6 +907,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 	n.EvictionLoops = normalizeLoops(cfg.Loops)
 	n.MemoryReclaim = normalizeMemoryReclaim(cfg.MemoryReclaim)
 	n.PodPressure = normalizePodPressure(cfg.PodPressure)
+	n.Livelock = normalizeLivelock(cfg.Livelock)
 	return n
 }
 

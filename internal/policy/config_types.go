@@ -63,6 +63,9 @@ type EvictionConfiguration struct {
 	// PodPressure: a pod stalled against its own memory limit is reported,
 	// not taken for node pressure (cgroup v2).
 	PodPressure PodPressureSettings `json:"podPressure"`
+	// Livelock: a pod stalled at its memory limit without an OOM kill is
+	// reported, and optionally restarted (cgroup v2).
+	Livelock LivelockSettings `json:"livelock"`
 	// DryRun runs the whole decision path and reports "would evict" / "would
 	// remove" without any write but Events and metrics.
 	DryRun bool `json:"dryRun"`

@@ -329,7 +329,13 @@ func (e *Engine) gracePeriod(t Threshold, pod *v1.Pod) int64 {
 	if t.Hard() {
 		return ImmediateEvictionGracePeriodSeconds
 	}
-	g := e.cfg.MaxPodGracePeriodSeconds
+	return softGracePeriod(e.cfg, pod)
+}
+
+// softGracePeriod is a soft eviction's: min(evictionMaxPodGracePeriod,
+// terminationGracePeriodSeconds), at least 1 s.
+func softGracePeriod(cfg *Config, pod *v1.Pod) int64 {
+	g := cfg.MaxPodGracePeriodSeconds
 	if tgps := pod.Spec.TerminationGracePeriodSeconds; tgps != nil && *tgps < g {
 		g = *tgps
 	}

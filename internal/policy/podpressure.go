@@ -80,6 +80,9 @@ type PodMemoryPressure struct {
 	Some, Full [3]int64
 	// Usage is memory.current; Limit memory.max (0: no limit).
 	Usage, Limit int64
+	// OOMKills is memory.events oom_kill (the pod's and its containers'
+	// kills, the file being hierarchical); -1 when it could not be read.
+	OOMKills int64
 }
 
 // AtLimit reports whether the pod sits at its own memory limit.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
@@ -18,6 +19,26 @@ type PodPressureIn struct {
 	Full  Value `json:"full,omitempty"`
 	Usage Value `json:"usage,omitempty"`
 	Limit Value `json:"limit,omitempty"`
+	// OOMKills is memory.events oom_kill (default 0); the livelock check
+	// (livelock) needs it unchanged over its window.
+	OOMKills *int64 `json:"oomKills,omitempty"`
+}
+
+// LivelockResult is a pod found livelocked at its memory limit, and the
+// restart requested (livelock.restart).
+type LivelockResult struct {
+	Pod    string `json:"pod"`
+	Reason string `json:"reason"`
+	// New: first reported at this step (the MemoryLivelock Event).
+	New bool `json:"new"`
+}
+
+// LivelockRestartResult is the restart of a livelocked pod.
+type LivelockRestartResult struct {
+	Pod     string `json:"pod"`
+	Action  string `json:"action"`
+	Outcome string `json:"outcome"`
+	Err     string `json:"error,omitempty"`
 }
 
 // SelfInflictedResult is a pod found stalled against its own memory limit.
@@ -51,6 +72,12 @@ func parsePodPressure(field string, in *PodPressureIn) (*policy.PodMemoryPressur
 		return nil, err
 	}
 	out := &policy.PodMemoryPressure{Some: [3]int64{some, some, some}, Full: [3]int64{full, full, full}}
+	if in.OOMKills != nil {
+		if *in.OOMKills < 0 {
+			return nil, Error{field + ".oomKills", strconv.FormatInt(*in.OOMKills, 10), "a count of OOM kills, 0 or more"}
+		}
+		out.OOMKills = *in.OOMKills
+	}
 	if in.Usage != "" {
 		if out.Usage, err = parseQuantity(field+".usage", string(in.Usage)); err != nil {
 			return nil, err
@@ -90,5 +117,36 @@ func writePodPressureText(w io.Writer, pods []SelfInflictedResult, explained map
 	sort.Strings(sigs)
 	for _, s := range sigs {
 		fmt.Fprintf(w, "    not node pressure: %s\n", explained[s])
+	}
+}
+
+func livelockResult(r *agent.LivelockReport) ([]LivelockResult, *LivelockRestartResult, string) {
+	if r == nil {
+		return nil, nil, ""
+	}
+	var found []LivelockResult
+	for _, l := range r.Found {
+		found = append(found, LivelockResult{Pod: key(l.Pod), Reason: l.Reason, New: l.New})
+	}
+	var restart *LivelockRestartResult
+	if x := r.Restart; x != nil {
+		restart = &LivelockRestartResult{Pod: x.Pod, Action: x.Action, Outcome: x.Outcome, Err: x.Err}
+	}
+	return found, restart, r.HeldBack
+}
+
+func writeLivelockText(w io.Writer, s StepResult) {
+	for _, l := range s.Livelocked {
+		fmt.Fprintf(w, "  pod livelocked at its memory limit (reported): %s: %s\n", l.Pod, l.Reason)
+	}
+	if r := s.LivelockRestart; r != nil {
+		fmt.Fprintf(w, "  RESTART %s (livelock.restart.action %s): %s", r.Pod, r.Action, r.Outcome)
+		if r.Err != "" {
+			fmt.Fprintf(w, " (%s)", r.Err)
+		}
+		fmt.Fprintln(w)
+	}
+	if s.LivelockHeldBack != "" {
+		fmt.Fprintf(w, "    not restarted: %s\n", s.LivelockHeldBack)
 	}
 }

@@ -143,10 +143,15 @@ type StepResult struct {
 	// Explained the PSI signals whose stall is theirs (not node pressure).
 	SelfInflicted []SelfInflictedResult `json:"selfInflicted,omitempty"`
 	Explained     map[string]string     `json:"explainedPressure,omitempty"`
-	Ranking       []string              `json:"ranking"`
-	Excluded      []ExcludedResult      `json:"excluded,omitempty"`
-	Eviction      *EvictionResult       `json:"eviction"`
-	Brake         *BrakeResult          `json:"brake,omitempty"`
+	// Livelocked are pods livelocked at their memory limit (livelock), the
+	// restart requested, or why none was.
+	Livelocked       []LivelockResult       `json:"livelocked,omitempty"`
+	LivelockRestart  *LivelockRestartResult `json:"livelockRestart,omitempty"`
+	LivelockHeldBack string                 `json:"livelockHeldBack,omitempty"`
+	Ranking          []string               `json:"ranking"`
+	Excluded         []ExcludedResult       `json:"excluded,omitempty"`
+	Eviction         *EvictionResult        `json:"eviction"`
+	Brake            *BrakeResult           `json:"brake,omitempty"`
 	// EvictionOutcome is the evictor's answer when a threshold eviction was
 	// tried: evicted, deleted, dry_run, pdb_blocked, cooling_down,
 	// rate_limited, ... (the evictiond_evictions_total result label).
@@ -456,6 +461,7 @@ func stepResult(at string, rep agent.Report, cfg *policy.Config, now time.Time) 
 	}
 	sr.MemoryReclaim = memoryReclaimResult(rep.MemoryReclaim)
 	sr.SelfInflicted, sr.Explained = podPressureResult(rep.PodPressure)
+	sr.Livelocked, sr.LivelockRestart, sr.LivelockHeldBack = livelockResult(rep.Livelock)
 	a := rep.Assessment
 	for _, m := range a.Met {
 		sr.ThresholdsMet = append(sr.ThresholdsMet, thresholdMet(m))

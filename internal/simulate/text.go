@@ -13,6 +13,7 @@ func WriteText(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "t=%s\n", s.At)
 		writeMemoryReclaimText(w, s.MemoryReclaim)
 		writePodPressureText(w, s.SelfInflicted, s.Explained)
+		writeLivelockText(w, s)
 		if len(s.ThresholdsMet) == 0 {
 			fmt.Fprintln(w, "  no threshold met")
 		}

@@ -71,6 +71,7 @@ func TestNodeV2(t *testing.T) {
 	t.Run("DiskPressureImageGC", func(t *testing.T) { testDiskPressure(t, n) })
 	t.Run("ReclaimBeforeEvict", func(t *testing.T) { testReclaimBeforeEvict(t, n) })
 	t.Run("SelfInflictedPressure", func(t *testing.T) { testSelfInflictedPressure(t, n) })
+	t.Run("MemoryLivelock", func(t *testing.T) { testLivelock(t, n) })
 	t.Run("HugepagesCountAsUsed", func(t *testing.T) { testHugepages(t, n) })
 	t.Run("SwapPressure", func(t *testing.T) { testSwapPressure(t, n) }) // last: leaves the kubelet on LimitedSwap
 }
