@@ -143,8 +143,8 @@ type ThreadStatus struct {
 	// SeccompFilters is Seccomp_filters (Linux 5.9+); -1 when absent.
 	SeccompFilters int
 	// Seccomp is the mode: 0 none, 1 strict, 2 filter.
-	Seccomp                         int
-	NoNewPrivs                      bool
+	Seccomp                        int
+	NoNewPrivs                     bool
 	CapInh, CapPrm, CapEff, CapBnd uint64
 }
 
