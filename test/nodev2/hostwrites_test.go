@@ -27,4 +27,35 @@ func testHostWritesRefused(t *testing.T, n *node) {
 	for _, p := range res.Absent() {
 		t.Errorf("%s: absent on the node", p)
 	}
+	t.Run("AgentConfinesItself", func(t *testing.T) { testAgentConfinesItself(t, n, string(pod.UID), res) })
+}
+
+// testAgentConfinesItself checks, in the guest, what the running agent did to itself at start
+// (internal/confine) on this cgroup v2 node: every thread carries one seccomp filter more than
+// the probe (a container with the same security context, RuntimeDefault), and none holds
+// CAP_KILL in its effective, permitted or inheritable set (the brake kills through cgroup.kill:
+// BrakeFreezesAndKills, whose hog runs as another user, proves it still does).
+func testAgentConfinesItself(t *testing.T, n *node, podUID string, probe hostprobe.Result) {
+	baseline, err := probe.SeccompFilters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if baseline < 1 {
+		t.Fatalf("the probe, with the agent's security context, ran under %d seccomp filters: RuntimeDefault is not in force", baseline)
+	}
+	threads, err := hostprobe.AgentThreads(n.sh(t, hostprobe.AgentThreadsScript(podUID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d threads of the agent, each with %d seccomp filters (RuntimeDefault's %d + its own), CapEff %016x",
+		len(threads), threads[0].SeccompFilters, baseline, threads[0].CapEff)
+	for _, f := range hostprobe.ConfinementFailures(threads, baseline, true) {
+		t.Error(f)
+	}
+	agentLog := n.evictiondLog(t, 400)
+	for _, control := range []string{"seccomp", "cap_kill"} {
+		if !hostprobe.LogHasLine(agentLog, `"msg":"confinement applied"`, `"control":"`+control+`"`) {
+			t.Errorf("the agent's log has no \"confinement applied\" line for %s", control)
+		}
+	}
 }
