@@ -36,20 +36,12 @@ func testHostWritesRefused(t *testing.T, n *node) {
 // CAP_KILL in its effective, permitted or inheritable set (the brake kills through cgroup.kill:
 // BrakeFreezesAndKills, whose hog runs as another user, proves it still does).
 func testAgentConfinesItself(t *testing.T, n *node, podUID string, probe hostprobe.Result) {
-	baseline, err := probe.SeccompFilters()
+	summary, failures, err := hostprobe.CheckConfinement(probe, n.sh(t, hostprobe.AgentThreadsScript(podUID)), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if baseline < 1 {
-		t.Fatalf("the probe, with the agent's security context, ran under %d seccomp filters: RuntimeDefault is not in force", baseline)
-	}
-	threads, err := hostprobe.AgentThreads(n.sh(t, hostprobe.AgentThreadsScript(podUID)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d threads of the agent, each with %d seccomp filters (RuntimeDefault's %d + its own), CapEff %016x",
-		len(threads), threads[0].SeccompFilters, baseline, threads[0].CapEff)
-	for _, f := range hostprobe.ConfinementFailures(threads, baseline, true) {
+	t.Log(summary)
+	for _, f := range failures {
 		t.Error(f)
 	}
 	agentLog := n.evictiondLog(t, 400)

@@ -73,3 +73,23 @@ func LogHasLine(log string, parts ...string) bool {
 	}
 	return false
 }
+
+// CheckConfinement reads AgentThreadsScript's output against the probe's seccomp filters and
+// returns a summary for the test's log and the failures (ConfinementFailures), or an error
+// when either cannot be read. RuntimeDefault must be in force on the probe (1 filter or more).
+func CheckConfinement(probe Result, threadsOut string, capKillDropped bool) (string, []string, error) {
+	baseline, err := probe.SeccompFilters()
+	if err != nil {
+		return "", nil, err
+	}
+	if baseline < 1 {
+		return "", nil, fmt.Errorf("the probe, with the agent's security context, ran under %d seccomp filters: RuntimeDefault is not in force", baseline)
+	}
+	threads, err := AgentThreads(threadsOut)
+	if err != nil {
+		return "", nil, err
+	}
+	summary := fmt.Sprintf("%d threads of the agent, the first with %d seccomp filters (RuntimeDefault's %d + its own), CapEff %016x",
+		len(threads), threads[0].SeccompFilters, baseline, threads[0].CapEff)
+	return summary, ConfinementFailures(threads, baseline, capKillDropped), nil
+}
