@@ -89,7 +89,7 @@ func CheckConfinement(probe Result, threadsOut string, capKillDropped bool) (str
 	if err != nil {
 		return "", nil, err
 	}
-	summary := fmt.Sprintf("%d threads of the agent, the first with %d seccomp filters (RuntimeDefault's %d + its own), CapEff %016x",
+	summary := fmt.Sprintf("%d threads of the agent; the first has %d seccomp filters (the probe, RuntimeDefault: %d) and CapEff %016x",
 		len(threads), threads[0].SeccompFilters, baseline, threads[0].CapEff)
 	return summary, ConfinementFailures(threads, baseline, capKillDropped), nil
 }

@@ -13,7 +13,7 @@ func TestCheckConfinement(t *testing.T) {
 	const v2 = "0000000001000004" // CAP_KILL (bit 5) dropped
 	out := "== /proc/42/task/42/status\n" + status("2", v2) + "== /proc/42/task/43/status\n" + status("2", v2)
 	summary, failures, err := CheckConfinement(probe, out, true)
-	if err != nil || len(failures) != 0 || !strings.HasPrefix(summary, "2 threads of the agent, the first with 2 seccomp filters (RuntimeDefault's 1") {
+	if err != nil || len(failures) != 0 || summary != "2 threads of the agent; the first has 2 seccomp filters (the probe, RuntimeDefault: 1) and CapEff 0000000001000004" {
 		t.Errorf("a confined agent on v2: %q %q %v", summary, failures, err)
 	}
 	// A thread without the agent's filter, one still holding CAP_KILL: each named.
