@@ -32,13 +32,13 @@ def stat(keys, values):
     # Keys not given get small plausible numbers; the ones the readers use are exact.
     return "".join("%s %d\n" % (k, values.get(k, 4096 * (i + 1))) for i, k in enumerate(keys))
 
-def proc(host, pressure):
+def proc(host, pressure, swap_total=0, swap_free=0):
     p = os.path.join(host, "proc")
     w(p + "/meminfo", "".join("%-16s%8d kB\n" % (k + ":", v) for k, v in [
         ("MemTotal", 16384000), ("MemFree", 2048000), ("MemAvailable", 9000000), ("Buffers", 102400),
         ("Cached", 6144000), ("SwapCached", 0), ("Active", 4096000), ("Inactive", 3072000),
         ("Active(anon)", 2048000), ("Inactive(anon)", 1024), ("Active(file)", 2048000),
-        ("Inactive(file)", 3070976), ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", 0), ("SwapFree", 0),
+        ("Inactive(file)", 3070976), ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", swap_total), ("SwapFree", swap_free),
         ("Dirty", 128), ("Writeback", 0), ("AnonPages", 3145728), ("Mapped", 409600), ("Shmem", 20480),
         ("KReclaimable", 307200), ("Slab", 512000), ("SReclaimable", 307200), ("SUnreclaim", 204800),
         ("KernelStack", 16384), ("PageTables", 40960), ("CommitLimit", 8192000), ("Committed_AS", 12288000),
@@ -91,9 +91,12 @@ def v2(host, driver):
         w(d + "/cgroup.procs", "")
         w(d + "/memory.current", "%d\n" % (300 << 20))
         w(d + "/memory.stat", stat(V2_STAT_KEYS, {}))
-    def pod(tier, uid, current, inactive, containers):
+    def pod(tier, uid, current, inactive, containers, swap=0):
         d = tiers[tier][0] + "/" + tiers[tier][1] % esc(uid)
         w(d + "/memory.current", "%d\n" % current)
+        w(d + "/memory.swap.current", "%d\n" % swap)
+        if driver == "systemd":  # a pod stalled on memory (podPressure)
+            w(d + "/memory.pressure", "some avg10=12.50 avg60=4.10 avg300=1.00 total=123456\nfull avg10=3.20 avg60=1.00 avg300=0.20 total=45678\n")
         w(d + "/memory.stat", stat(V2_STAT_KEYS, {"inactive_file": inactive}))
         w(d + "/memory.max", "max\n")
         w(d + "/cgroup.procs", "")
@@ -102,10 +105,11 @@ def v2(host, driver):
             w(c + "/cgroup.procs", "".join("%d\n" % p for p in procs))
             w(c + "/memory.current", "%d\n" % mem)
             w(c + "/memory.stat", stat(V2_STAT_KEYS, {"inactive_file": 0}))
-    pod("Burstable", POD_BURSTABLE, 256 << 20, 16 << 20, [(PAUSE_ID, [4001], 1 << 20), (APP_ID, [4010, 4011, 4012], 200 << 20)])
+    pod("Burstable", POD_BURSTABLE, 256 << 20, 16 << 20, [(PAUSE_ID, [4001], 1 << 20), (APP_ID, [4010, 4011, 4012], 200 << 20)], swap=64 << 20)
     pod("Guaranteed", POD_GUARANTEED, 100 << 20, 0, [("2" * 64, [5001, 5002], 100 << 20)])
     pod("BestEffort", POD_BESTEFFORT, 50 << 20, 1 << 20, [("3" * 64, [6001], 49 << 20)])
-    proc(host, "some avg10=1.23 avg60=0.50 avg300=0.10 total=1000\nfull avg10=0.45 avg60=0.20 avg300=0.05 total=500\n")
+    # The v2 hosts have swap (2 GiB, 512 MiB used; the Burstable pod holds 64 MiB), the v1 host none.
+    proc(host, "some avg10=1.23 avg60=0.50 avg300=0.10 total=1000\nfull avg10=0.45 avg60=0.20 avg300=0.05 total=500\n", 2097152, 1572864)
     kubelet_dirs(host)
 
 def v1_cgroupfs(host):

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from the
 # Go module proxy (tools module hack/tools/k8s) into a cache directory keyed by
-# version, only when a binary is missing, and prints that directory.
+# version, only when a binary is missing or does not report that version, and prints
+# that directory. The version is stamped the way Kubernetes' own release build does
+# (hack/lib/version.sh): without it every component reports v0.0.0-master, and a chart's
+# kubeVersion constraint or a version-gated client cannot be tested against them.
 #
 #   EVICTIOND_CACHE  cache root (default /var/cache/evictiond)
 #   K8S_VERSION      must match hack/tools/k8s/go.mod (default v1.35.4)
@@ -23,7 +26,19 @@ fi
 
 missing=()
 for c in "${COMPONENTS[@]}"; do
-	[[ -x "$BIN_DIR/$c" ]] || missing+=("$c")
+	if [[ ! -x "$BIN_DIR/$c" ]] || [[ "$("$BIN_DIR/$c" --version 2>/dev/null)" != "Kubernetes $K8S_VERSION" ]]; then
+		missing+=("$c")
+	fi
+done
+
+major="${K8S_VERSION#v}"
+minor="${major#*.}"
+major="${major%%.*}"
+minor="${minor%%.*}"
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
 if ((${#missing[@]} > 0)); then
@@ -36,7 +51,7 @@ if ((${#missing[@]} > 0)); then
 	pkgs=()
 	for c in "${missing[@]}"; do pkgs+=("./$c"); done
 	# One go build for all: shared packages compile once and the links run in parallel.
-	(cd "$TOOLS_DIR" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags='-s -w' \
+	(cd "$TOOLS_DIR" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags="$ldflags" \
 		-o "$tmp/" "${pkgs[@]}") >&2
 	for c in "${missing[@]}"; do
 		mv "$tmp/$c" "$BIN_DIR/$c"

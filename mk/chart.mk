@@ -29,6 +29,11 @@ test-chart: helm
 	@out=$$($(HELM) template x $(CHART) --set-json 'nodePools=[{"name":"gpu","nodeSelector":{"a":"1","b":"2"}}]' 2>&1); \
 		echo "$$out" | grep -q 'nodePools\[0\].nodeSelector: .* has 2 labels' || \
 		{ echo "a pool with two labels was not refused by name: $$out"; exit 1; }
+	@out=$$($(HELM) template x $(CHART) --kube-version v1.31.9 2>&1); \
+		echo "$$out" | grep -q 'chart requires kubeVersion: >= 1.32.0-0 which is incompatible with Kubernetes v1.31.9' || \
+		{ echo "a cluster older than the chart's kubeVersion was not refused: $$out"; exit 1; }
+	@$(HELM) template x $(CHART) --kube-version v1.32.1-eks-0123abc >/dev/null || \
+		{ echo "a provider's v1.32 build was refused by the chart's kubeVersion"; exit 1; }
 	@out=$$($(HELM) template x $(CHART) --set nodePool.name=gpu 2>&1); \
 		echo "$$out" | grep -q "additional properties 'nodePool' not allowed" || \
 		{ echo "a misspelt value was not refused by values.schema.json: $$out"; exit 1; }

@@ -8,9 +8,11 @@
 # with the e2e tier: run it as
 #   flock /tmp/evictiond-cluster.lock make bench-footprint
 # (about 4 minutes on this project's machine; FOOTPRINT_WINDOW=5m for a longer window).
+# FOOTPRINT_PERF=/tmp/evictiond.perf also records a perf profile of evictiond over the window.
 .PHONY: bench-footprint node-exporter-package
 
 FOOTPRINT_WINDOW ?= 60s
+FOOTPRINT_PERF ?=
 
 node-exporter-package:
 	./hack/install-deps.sh prometheus-node-exporter
@@ -21,6 +23,6 @@ bench-footprint: build image k8s-binaries containerd-binaries e2e-deps node-expo
 		awk '/^BenchmarkIdlePass.*allocs\/op/ {for (i = 3; i < NF; i++) v[$$(i+1)] = $$i; \
 			printf "%-28s %s allocs/op, %s B/op, %.0f µs/op, %s B kept on the heap per pass\n", $$1, v["allocs/op"], v["B/op"], v["ns/op"]/1000, v["kept-B/pass"]; ok++} \
 			END {exit ok < 2}'
-	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) EVICTIOND_IMAGE_TAR=$(abspath $(IMAGE_TAR)) FOOTPRINT_WINDOW=$(FOOTPRINT_WINDOW) \
+	@bash -o pipefail -c "EVICTIOND_K8S_BIN=$(K8S_BIN) $(CONTAINERD_ENV) EVICTIOND_IMAGE_TAR=$(abspath $(IMAGE_TAR)) FOOTPRINT_WINDOW=$(FOOTPRINT_WINDOW) FOOTPRINT_PERF=$(FOOTPRINT_PERF) \
 		$(GO) test -tags 'e2e bench_footprint' -count=1 -timeout 20m -run '^TestBenchFootprint$$' -v ./test/e2e/ \
 		| grep --line-buffered -E '^footprint:|^(--- FAIL|FAIL)|_test.go:'"

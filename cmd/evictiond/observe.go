@@ -372,7 +372,7 @@ func formatValue(sig policy.Signal, v int64) string {
 	case sig.IsPSI():
 		// Headroom on PSIScale; people read the stall it leaves.
 		return fmt.Sprintf("%.2f%% stall", float64(policy.PSIScale-v)/100)
-	case sig.Resource() == policy.ResourceMemory || sig.Resource() == policy.ResourceEphemeralStorage:
+	case sig.InBytes():
 		return bytesString(v)
 	default:
 		return fmt.Sprint(v)

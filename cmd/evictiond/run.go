@@ -54,6 +54,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, int, boo
 	f.Serving.AddFlags(fs)
 	f.Node.AddFlags(fs)
 	fs.BoolVar(&f.DryRun, "dry-run", false, "decide and report (logs, Events, metrics) without evicting, reclaiming or writing node status; overrides dryRun in the config")
+	fs.BoolVar(&f.LegacySignalMetrics, "legacy-signal-metrics", false, "also export evictiond_signal_available, evictiond_signal_capacity and evictiond_threshold, which mix units and are replaced by families of one unit (docs/metrics.md); deprecated, removed in the next release")
 	fs.StringVar(&f.RecordTrace, "record-trace", "", "write the node's readings and the loop's decisions to this file, for `evictiond simulate --trace` (docs/simulate.md); off when empty")
 	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", daemon.DefaultTraceMaxBytes, "stop recording the trace past this size")
 	fs.BoolVar(&f.requireConfinement, "require-confinement", false, "stop at start when the agent cannot confine itself (the seccomp filter refusing open_by_handle_at; CAP_KILL dropped on cgroup v2); by default it logs the failure, sets evictiond_confinement 0 and runs (docs/security.md)")

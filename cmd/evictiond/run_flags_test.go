@@ -99,3 +99,15 @@ func TestRunConfinesBeforeReadingInputAndRequireConfinementStops(t *testing.T) {
 		t.Errorf("--require-confinement: want a stop before the configuration is read:\n%s", log)
 	}
 }
+
+// The signal families of mixed units are off unless asked for (docs/metrics.md).
+func TestRunFlagsLegacySignalMetricsOffByDefault(t *testing.T) {
+	f, _, ok := parseRunFlags([]string{"--node-name=n1"}, io.Discard, io.Discard)
+	if !ok || f.LegacySignalMetrics {
+		t.Fatalf("ok %v, legacy signal metrics %v by default; want false", ok, f.LegacySignalMetrics)
+	}
+	f, _, ok = parseRunFlags([]string{"--node-name=n1", "--legacy-signal-metrics"}, io.Discard, io.Discard)
+	if !ok || !f.LegacySignalMetrics {
+		t.Fatalf("ok %v, --legacy-signal-metrics gives %v; want true", ok, f.LegacySignalMetrics)
+	}
+}

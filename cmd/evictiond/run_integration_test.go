@@ -190,7 +190,9 @@ type daemonOptions struct {
 	// extra lines of the configuration file
 	extra  []string
 	dryRun bool
-	ctrd   *containerd.Containerd
+	// legacySignalMetrics: run --legacy-signal-metrics.
+	legacySignalMetrics bool
+	ctrd                *containerd.Containerd
 	// noWait returns without waiting for /readyz.
 	noWait bool
 }
@@ -216,7 +218,8 @@ func startDaemon(t *testing.T, node string, o daemonOptions) *runningDaemon {
 	// Plain /metrics with the probes on one address: the secure endpoint has its own
 	// tests against this API server (internal/metricsserver).
 	f := &runFlags{ProcessOptions: daemon.ProcessOptions{ConfigPath: cm.path(), Kubeconfig: env.KubeconfigPath, NodeName: node,
-		Serving: metricsserver.Flags{MetricsAddress: addr, HealthAddress: addr, Secure: false}, DryRun: o.dryRun}}
+		Serving: metricsserver.Flags{MetricsAddress: addr, HealthAddress: addr, Secure: false}, DryRun: o.dryRun,
+		LegacySignalMetrics: o.legacySignalMetrics}}
 	f.Node.KubeletRootDir, f.Node.PodLogsDir, f.Node.ImageFsDir = t.TempDir(), t.TempDir(), t.TempDir()
 	f.Node.CgroupDriver, f.Node.CgroupRoot = "cgroupfs", cgroupRoot
 	logs := &syncBuffer{}
@@ -278,7 +281,7 @@ func (d *runningDaemon) waitReady(t *testing.T, timeout time.Duration) {
 }
 
 // metricValue returns the value of the sample with exactly this name and
-// label set (as printed, e.g. `evictiond_threshold{kind="hard",signal="memory.available"}`).
+// label set (as printed, e.g. `evictiond_threshold_bytes{kind="hard",signal="memory.available"}`).
 func (d *runningDaemon) metricValue(t *testing.T, series string) (float64, bool) {
 	t.Helper()
 	code, body := httpGet(d.url + "/metrics")
@@ -463,23 +466,30 @@ func waitEvents(t *testing.T, namespace, reason string, match func(corev1.Event)
 	return nil
 }
 
-const memoryHardThreshold = `evictiond_threshold{kind="hard",signal="memory.available"}`
+const (
+	memoryHardThreshold = `evictiond_threshold_bytes{kind="hard",signal="memory.available"}`
+	// legacyMemoryHardThreshold is its family of mixed units (--legacy-signal-metrics).
+	legacyMemoryHardThreshold = `evictiond_threshold{kind="hard",signal="memory.available"}`
+)
 
 // TestRunReloadsConfigMapSwapAndRejectsInvalidFile proves hot reload through
 // the kubelet's "..data" symlink swap done for real on disk: a valid file is
 // applied (its threshold shows in /metrics), an invalid one is rejected with
 // a log line, a ConfigRejected Event on the Node and the reload gauge at 0,
-// and the last good threshold stays.
+// and the last good threshold stays. With --legacy-signal-metrics the
+// threshold's family of mixed units follows too.
 func TestRunReloadsConfigMapSwapAndRejectsInvalidFile(t *testing.T) {
-	d := startDaemon(t, "reload-node", daemonOptions{evictionHard: "  memory.available: 100Mi"})
+	d := startDaemon(t, "reload-node", daemonOptions{evictionHard: "  memory.available: 100Mi", legacySignalMetrics: true})
 	stateDir := t.TempDir()
 	criEndpoint := regexp.MustCompile(`criEndpoint: (\S+)`).FindStringSubmatch(readFile(t, d.config.path()))[1]
 
 	d.waitMetric(t, memoryHardThreshold, eq(100<<20), "100Mi from the first file", 10*time.Second)
+	d.waitMetric(t, legacyMemoryHardThreshold, eq(100<<20), "100Mi in the legacy family too", time.Second)
 	d.waitMetric(t, "evictiond_config_last_reload_successful", eq(1), "1 at start", 5*time.Second)
 
 	d.config.update(t, testConfig("  memory.available: 200Mi", criEndpoint, stateDir))
 	d.waitMetric(t, memoryHardThreshold, eq(200<<20), "200Mi after the valid swap", 15*time.Second)
+	d.waitMetric(t, legacyMemoryHardThreshold, eq(200<<20), "200Mi in the legacy family too", time.Second)
 	d.waitMetric(t, `evictiond_config_reloads_total{result="success"}`, eq(1), "one successful reload", 5*time.Second)
 
 	// A negative quantity breaks the threshold rule; the rest of the file is fine.
@@ -600,7 +610,9 @@ func agentWrites(t *testing.T, since time.Time) []auditEvent {
 // Events and counts evictions_total{result="dry_run"}; the API server's audit
 // log shows it wrote Events and nothing else (no eviction, no pod deletion, no
 // node or node status patch). The /metrics page it serves in that state
-// passes promtool and has every family docs/metrics.md lists.
+// passes promtool and has every family docs/metrics.md lists: thresholds of
+// every unit are configured (those but memory's far from met), so each
+// threshold family of one unit is exposed.
 func TestRunDryRunRecordsWouldEvictAndWritesNothingElse(t *testing.T) {
 	const node, ns = "dryrun-node", "dryrun"
 	since := time.Now().Add(-time.Second)
@@ -610,7 +622,7 @@ func TestRunDryRunRecordsWouldEvictAndWritesNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 99%", dryRun: true})
+	d := startDaemon(t, node, daemonOptions{evictionHard: "  memory.available: 99%\n  nodefs.inodesFree: 1%\n  pid.available: 1%\n  memory.pressure.some.avg300: 99%", dryRun: true})
 
 	d.waitMetric(t, `evictiond_evictions_total{result="dry_run",signal="memory.available"}`,
 		func(v float64) bool { return v >= 2 }, "at least two dry-run decisions", 30*time.Second)

@@ -710,12 +710,10 @@ func (a *Agent) evictLocalStorage(ctx context.Context, cands []policy.Candidate)
 func (a *Agent) publish(as *policy.Assessment, obs Observed) {
 	m := a.metrics
 	for sig, o := range obs.Observations {
-		m.SignalAvailable.WithLabelValues(string(sig)).Set(float64(o.Available))
-		m.SignalCapacity.WithLabelValues(string(sig)).Set(float64(o.Capacity))
+		m.SetSignal(sig, o)
 	}
 	for sig := range obs.Missing {
-		m.SignalAvailable.DeleteLabelValues(string(sig))
-		m.SignalCapacity.DeleteLabelValues(string(sig))
+		m.DeleteSignal(sig)
 	}
 	cfg := a.engine.Config()
 	for _, t := range policy.ThresholdsFor(cfg.Thresholds, obs.Layout) {
@@ -728,7 +726,7 @@ func (a *Agent) publish(as *policy.Assessment, obs Observed) {
 		}
 		m.ThresholdMet.WithLabelValues(string(t.Signal), kind).Set(met)
 		if o, ok := obs.Observations[t.Signal]; ok {
-			m.Threshold.WithLabelValues(string(t.Signal), kind).Set(float64(t.Value.Resolve(o.Capacity)))
+			m.SetThreshold(t.Signal, kind, t.Value.Resolve(o.Capacity))
 		}
 	}
 	for _, c := range []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
@@ -741,14 +739,14 @@ func (a *Agent) publish(as *policy.Assessment, obs Observed) {
 		m.NodeCondition.WithLabelValues(string(c)).Set(v)
 	}
 	if a.status != nil {
-		a.status.SetConditions(as.Conditions)
+		a.status.SetConditions(as.Conditions, as.ConditionSignals())
 	}
 }
 
 // resetThresholdGauges drops the threshold gauges of the previous
 // configuration; the next pass's publish sets the current configuration's.
 func (a *Agent) resetThresholdGauges() {
-	a.metrics.Threshold.Reset()
+	a.metrics.ResetThresholds()
 	a.metrics.ThresholdMet.Reset()
 }
 

@@ -63,9 +63,14 @@ func (p *fakePods) ListPods() ([]*v1.Pod, error) { return p.pods, nil }
 
 func (p *fakePods) ListPodsDirect(context.Context) ([]*v1.Pod, error) { return p.pods, nil }
 
-type fakeStatus struct{ last []v1.NodeConditionType }
+type fakeStatus struct {
+	last   []v1.NodeConditionType
+	causes map[v1.NodeConditionType][]string
+}
 
-func (s *fakeStatus) SetConditions(c []v1.NodeConditionType) { s.last = c }
+func (s *fakeStatus) SetConditions(c []v1.NodeConditionType, causes map[v1.NodeConditionType][]string) {
+	s.last, s.causes = c, causes
+}
 
 type fakeEvictor struct {
 	calls   [][]policy.Candidate

@@ -69,7 +69,8 @@ type Pods interface {
 
 // NodeStatus publishes the node conditions evictiond reports.
 type NodeStatus interface {
-	SetConditions([]v1.NodeConditionType)
+	// SetConditions: the conditions to show, and the signals met now for each.
+	SetConditions(conditions []v1.NodeConditionType, causes map[v1.NodeConditionType][]string)
 }
 
 // Evictor evicts at most one pod of a ranked candidate list; PDB escalation,

@@ -82,7 +82,7 @@ func (e acceptingEvictor) Evict(_ context.Context, c []policy.Candidate) evictio
 // announcedStatus announces every set of conditions the loop publishes.
 type announcedStatus struct{ conds chan []v1.NodeConditionType }
 
-func (s announcedStatus) SetConditions(c []v1.NodeConditionType) {
+func (s announcedStatus) SetConditions(c []v1.NodeConditionType, _ map[v1.NodeConditionType][]string) {
 	select {
 	case s.conds <- slices.Clone(c):
 	default: // the test reads what it waits for; a full channel never blocks the loop

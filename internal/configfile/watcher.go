@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -48,7 +49,17 @@ type Watcher struct {
 	Reject func(error)
 	Log    *slog.Logger
 
-	lastSum [sha256.Size]byte
+	lastSum    [sha256.Size]byte
+	ready      chan struct{}
+	readyOnce  sync.Once
+	readyClose sync.Once
+}
+
+// Ready is closed once Run watches the file (or has fallen back to polling):
+// a change written after that is seen.
+func (w *Watcher) Ready() <-chan struct{} {
+	w.readyOnce.Do(func() { w.ready = make(chan struct{}) })
+	return w.ready
 }
 
 // Seed records the contents already applied, so the first pass does not
@@ -85,6 +96,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
+	w.Ready()
+	w.readyClose.Do(func() { close(w.ready) })
 	for {
 		select {
 		case <-ctx.Done():

@@ -87,7 +87,7 @@ func TestWatcher_ConfigMapSymlinkSwapAppliesValidAndRejectsInvalid(t *testing.T)
 	defer cancel()
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	time.Sleep(100 * time.Millisecond) // let the watch start
+	<-w.Ready()
 
 	writeAtomic(t, dir, "config.yaml", header+"evictionHard: {memory.available: 1Gi}\n", 2)
 	waitFor(t, "the valid update to apply", func() bool { a, _ := rec.counts(); return a == 1 })

@@ -41,6 +41,9 @@ type ProcessOptions struct {
 	Node node.Paths
 	// DryRun wins over the file's dryRun.
 	DryRun bool
+	// LegacySignalMetrics also exports the signal metric families of mixed
+	// units of earlier releases (metrics.Options.LegacySignalFamilies).
+	LegacySignalMetrics bool
 	// RecordTrace, when set, is a file the node's answers to the loop and
 	// every pass's decisions are written to (internal/trace), for `evictiond
 	// simulate --trace`; RecordTraceMaxBytes bounds it.
@@ -91,7 +94,7 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration warning", "warning", w)
 	}
-	m := metrics.New()
+	m := metrics.NewWithOptions(metrics.Options{LegacySignalFamilies: o.LegacySignalMetrics})
 	for _, c := range confine.Controls {
 		in := 0.0
 		for _, r := range o.Confinement {

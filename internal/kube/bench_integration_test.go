@@ -44,7 +44,7 @@ func BenchmarkEvictThroughAPI(b *testing.B) {
 func BenchmarkConditionReassert(b *testing.B) {
 	n := newTestNode(b)
 	status := startNodeStatus(b, n, NodeStatusOptions{Conditions: ConditionsStandard})
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure}, nil)
 	held := func() (bool, error) {
 		s, r := conditionOf(getNode(b, n.name), corev1.NodeMemoryPressure)
 		return s == corev1.ConditionTrue && r == ReasonMemoryPressure, nil

@@ -50,7 +50,7 @@ func BenchmarkNodeStatusSyncSteadyState(b *testing.B) {
 			opts.setDefaults()
 			s := &NodeStatus{node: staticNode{tc.node}, recorder: record.NewFakeRecorder(0), opts: opts,
 				trigger: make(chan struct{}, 1), held: map[corev1.NodeConditionType]bool{}}
-			s.SetConditions(tc.desired)
+			s.SetConditions(tc.desired, nil)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

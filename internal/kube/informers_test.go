@@ -237,8 +237,14 @@ func TestNodeCacheDropsPodsDeletedDuringAnOutage(t *testing.T) {
 	}
 	waitPods(t, n, "pods a and b", func(p []*corev1.Pod) bool { return len(p) == 2 }, 5*time.Second)
 
+	before := o.attempts.Load()
 	o.stop()
-	time.Sleep(100 * time.Millisecond)
+	// The cache has seen the outage once it retries and is refused.
+	for deadline := time.Now().Add(5 * time.Second); o.attempts.Load() == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the cache did not retry within 5 s of its watch ending")
+		}
+	}
 	// Deleted behind the cache's back: the tracker has no watcher to tell.
 	if err := c.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "default", "b"); err != nil {
 		t.Fatal(err)

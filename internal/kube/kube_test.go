@@ -185,7 +185,7 @@ func TestConditionChangesTouchOnlyOwnedEntries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStatusForTest(t, tc.mode, nil)
 			node := &corev1.Node{Status: corev1.NodeStatus{Conditions: tc.node}}
-			changes, _ := s.conditionChanges(node, map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: tc.desired})
+			changes, _ := s.conditionChanges(node, map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: tc.desired}, nil)
 			if got := describeConditions(changes); !slices.Equal(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
 				t.Fatalf("changes = %v, want %v", got, tc.want)
 			}
@@ -196,7 +196,7 @@ func TestConditionChangesTouchOnlyOwnedEntries(t *testing.T) {
 func TestPressureEventsOncePerTransition(t *testing.T) {
 	s := newStatusForTest(t, ConditionsBoth, nil)
 	pressure := map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: true}
-	_, events := s.conditionChanges(&corev1.Node{}, pressure)
+	_, events := s.conditionChanges(&corev1.Node{}, pressure, nil)
 	if len(events) != 1 || events[0].reason != EventReasonPressureCondition ||
 		events[0].message != "Node condition MemoryPressure, EvictiondMemoryPressure set True by evictiond" {
 		t.Fatalf("onset events = %+v, want one naming both types", events)
@@ -206,8 +206,35 @@ func TestPressureEventsOncePerTransition(t *testing.T) {
 	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
 		{Type: ConditionMemoryPressure, Status: corev1.ConditionTrue, Reason: ReasonMemoryPressure}}}}
-	if changes, events := s.conditionChanges(node, pressure); len(changes) != 1 || len(events) != 0 {
+	if changes, events := s.conditionChanges(node, pressure, nil); len(changes) != 1 || len(events) != 0 {
 		t.Fatalf("re-assert: changes %v events %+v, want one change and no Event", describeConditions(changes), events)
+	}
+}
+
+// The condition and its Event name the signals met (swap.available for a swap-full node);
+// a change of signals during the episode rewrites the message without a new Event, and
+// the transition period (no signal met) keeps it.
+func TestPressureConditionNamesItsSignals(t *testing.T) {
+	s := newStatusForTest(t, ConditionsOwn, nil)
+	pressure := map[corev1.NodeConditionType]bool{corev1.NodeMemoryPressure: true}
+	swap := map[corev1.NodeConditionType][]string{corev1.NodeMemoryPressure: {"swap.available"}}
+	changes, events := s.conditionChanges(&corev1.Node{}, pressure, swap)
+	if len(changes) != 1 || changes[0].Message != "evictiond: node has insufficient memory available (swap.available)" {
+		t.Fatalf("onset: changes %+v", changes)
+	}
+	if len(events) != 1 || events[0].message != "Node condition EvictiondMemoryPressure set True by evictiond: swap.available" {
+		t.Fatalf("onset events %+v", events)
+	}
+	s.commitHeld(pressure)
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: changes}}
+	both := map[corev1.NodeConditionType][]string{corev1.NodeMemoryPressure: {"memory.available", "swap.available"}}
+	changes, events = s.conditionChanges(node, pressure, both)
+	if len(changes) != 1 || changes[0].Message != "evictiond: node has insufficient memory available (memory.available, swap.available)" || len(events) != 0 {
+		t.Fatalf("signals changed: changes %+v events %+v, want the message rewritten and no Event", changes, events)
+	}
+	node.Status.Conditions = changes
+	if changes, events = s.conditionChanges(node, pressure, nil); len(changes) != 0 || len(events) != 0 {
+		t.Fatalf("transition period: changes %+v events %+v, want the message kept", changes, events)
 	}
 }
 

@@ -159,6 +159,7 @@ type NodeStatus struct {
 
 	mu      sync.Mutex
 	desired map[corev1.NodeConditionType]bool
+	causes  map[corev1.NodeConditionType][]string
 	haveSet bool
 
 	syncMu      sync.Mutex
@@ -199,15 +200,17 @@ func NewNodeStatus(client Interface, informers *NodeInformers, recorder record.E
 }
 
 // SetConditions tells which pressure conditions hold now (as the policy reports them,
-// transition period included). Nothing is written before the first call, so start-up
-// never clears state on a guess.
-func (s *NodeStatus) SetConditions(conditions []corev1.NodeConditionType) {
+// transition period included) and, for those whose thresholds are met now, the signals
+// that met them: the condition's message names them (MemoryPressure for swap.available
+// says so). Nothing is written before the first call, so start-up never clears state
+// on a guess.
+func (s *NodeStatus) SetConditions(conditions []corev1.NodeConditionType, causes map[corev1.NodeConditionType][]string) {
 	desired := map[corev1.NodeConditionType]bool{}
 	for _, c := range conditions {
 		desired[c] = true
 	}
 	s.mu.Lock()
-	s.desired, s.haveSet = desired, true
+	s.desired, s.causes, s.haveSet = desired, causes, true
 	s.mu.Unlock()
 	s.kick()
 }
@@ -244,7 +247,7 @@ func (s *NodeStatus) Run(ctx context.Context) {
 // one taint update and one condition patch (status and spec are separate endpoints).
 func (s *NodeStatus) Sync(ctx context.Context) error {
 	s.mu.Lock()
-	desired, haveSet := s.desired, s.haveSet
+	desired, causes, haveSet := s.desired, s.causes, s.haveSet
 	s.mu.Unlock()
 	if !haveSet {
 		return nil
@@ -260,7 +263,7 @@ func (s *NodeStatus) Sync(ctx context.Context) error {
 		s.adopt(node)
 	}
 
-	conditions, events := s.conditionChanges(node, desired)
+	conditions, events := s.conditionChanges(node, desired, causes)
 	taints, taintsChanged := s.wantedTaints(node, desired)
 	if len(conditions) == 0 && !taintsChanged {
 		return nil
@@ -360,7 +363,19 @@ type nodeEvent struct {
 	eventType, reason, message string
 }
 
-func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.NodeConditionType]bool) ([]corev1.NodeCondition, []nodeEvent) {
+// pressureMessage is a True condition's message: the kind's, with the signals met now.
+// With none (the transition period) the message the condition has is kept.
+func pressureMessage(kind pressureKind, signals []string, cur *corev1.NodeCondition, ours bool) string {
+	switch {
+	case len(signals) > 0:
+		return kind.trueMessage + " (" + strings.Join(signals, ", ") + ")"
+	case ours:
+		return cur.Message
+	}
+	return kind.trueMessage
+}
+
+func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.NodeConditionType]bool, causes map[corev1.NodeConditionType][]string) ([]corev1.NodeCondition, []nodeEvent) {
 	now := metav1.NewTime(s.opts.Clock.Now())
 	var changes []corev1.NodeCondition
 	var events []nodeEvent
@@ -370,7 +385,9 @@ func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.Node
 			cur := findCondition(node, t)
 			switch {
 			case desired[kind.condition] && s.publishes(kind, t):
-				if oursTrue(kind, t, cur) {
+				ours := oursTrue(kind, t, cur)
+				msg := pressureMessage(kind, causes[kind.condition], cur, ours)
+				if ours && cur.Message == msg {
 					continue
 				}
 				transition := now
@@ -378,7 +395,10 @@ func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.Node
 					transition = cur.LastTransitionTime
 				}
 				changes = append(changes, corev1.NodeCondition{Type: t, Status: corev1.ConditionTrue,
-					Reason: kind.trueReason, Message: kind.trueMessage, LastHeartbeatTime: now, LastTransitionTime: transition})
+					Reason: kind.trueReason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: transition})
+				if ours {
+					continue // the signals changed during the episode: a new message, no new pressure
+				}
 				if !s.held[t] {
 					set = append(set, string(t))
 					continue
@@ -398,8 +418,12 @@ func (s *NodeStatus) conditionChanges(node *corev1.Node, desired map[corev1.Node
 			}
 		}
 		if len(set) > 0 {
+			because := ""
+			if sigs := causes[kind.condition]; len(sigs) > 0 {
+				because = ": " + strings.Join(sigs, ", ")
+			}
 			events = append(events, nodeEvent{corev1.EventTypeWarning, EventReasonPressureCondition,
-				fmt.Sprintf("Node condition %s set True by evictiond", strings.Join(set, ", "))})
+				fmt.Sprintf("Node condition %s set True by evictiond%s", strings.Join(set, ", "), because)})
 		}
 		if len(released) > 0 {
 			events = append(events, nodeEvent{corev1.EventTypeNormal, EventReasonPressureReleased,

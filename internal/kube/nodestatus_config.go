@@ -37,7 +37,7 @@ func (s *NodeStatus) Reconfigure(ctx context.Context, opts NodeStatusOptions) er
 	old := s.opts
 	s.syncMu.Unlock()
 	if !old.DryRun && opts.DryRun {
-		s.SetConditions(nil)
+		s.SetConditions(nil, nil)
 		if err := s.Sync(ctx); err != nil {
 			old.Logger.Warn("node status not released before entering dry run", "node", old.NodeName, "err", err)
 		}

@@ -150,7 +150,7 @@ func (w *nodeWatch) versions() []*corev1.Node {
 func TestStandardConditionReassertedAfterKubeletFlipsIt(t *testing.T) {
 	n := newTestNode(t)
 	status := startNodeStatus(t, n, NodeStatusOptions{Conditions: ConditionsStandard})
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure}, nil)
 	waitFor(t, 5*time.Second, "MemoryPressure True with evictiond's reason and its taint", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, r := conditionOf(node, corev1.NodeMemoryPressure)
@@ -178,7 +178,7 @@ func TestStandardConditionReassertedAfterKubeletFlipsIt(t *testing.T) {
 	}
 
 	// Release: False once with evictiond's reason, taint gone.
-	status.SetConditions(nil)
+	status.SetConditions(nil, nil)
 	waitFor(t, 5*time.Second, "MemoryPressure False with evictiond's reason, taint removed", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, r := conditionOf(node, corev1.NodeMemoryPressure)
@@ -204,14 +204,14 @@ func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
 	writeConditionAsKubelet(t, n.name, kubeletSufficientMemory())
 	_, _, offset := nodeWrites(t, n.name, 0)
 	status := startNodeStatus(t, n, NodeStatusOptions{ReassertInterval: 100 * time.Millisecond})
-	status.SetConditions(nil)
+	status.SetConditions(nil, nil)
 	time.Sleep(time.Second)
 	if count, seen, _ := nodeWrites(t, n.name, offset); count != 0 {
 		t.Fatalf("no pressure: %d node writes, want 0: %v", count, seen)
 	}
 
 	watch := watchNode(t, n.name)
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeMemoryPressure}, nil)
 	waitFor(t, 5*time.Second, "EvictiondMemoryPressure True and the NoSchedule taint", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, _ := conditionOf(node, ConditionMemoryPressure)
@@ -238,7 +238,7 @@ func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
 	})
 	held := watch.versions()
 
-	status.SetConditions(nil)
+	status.SetConditions(nil, nil)
 	waitFor(t, 5*time.Second, "EvictiondMemoryPressure False and the taint gone", func() (bool, error) {
 		node := getNode(t, n.name)
 		s, r := conditionOf(node, ConditionMemoryPressure)
@@ -282,7 +282,7 @@ func TestOwnConditionWrittenOncePerTransition(t *testing.T) {
 func TestBothModesConditionsAndOnlyTheStandardOneFights(t *testing.T) {
 	n := newTestNode(t)
 	status := startNodeStatus(t, n, NodeStatusOptions{Conditions: ConditionsBoth})
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure}, nil)
 	waitFor(t, 5*time.Second, "DiskPressure and EvictiondDiskPressure True, the taint", func() (bool, error) {
 		node := getNode(t, n.name)
 		std, r := conditionOf(node, corev1.NodeDiskPressure)
@@ -332,7 +332,7 @@ func TestStaleTaintsAndConditionsReconciledAfterRestart(t *testing.T) {
 
 	// The new run (default: own conditions) sees PID pressure still, the rest no more.
 	status := startNodeStatus(t, n, NodeStatusOptions{})
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodePIDPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodePIDPressure}, nil)
 	waitFor(t, 5*time.Second, "stale state reconciled", func() (bool, error) {
 		node := getNode(t, n.name)
 		for _, std := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
@@ -380,7 +380,7 @@ func TestModeChangeReleasesWhatTheNewModeDoesNotPublish(t *testing.T) {
 		}
 	})
 	pressure := []corev1.NodeConditionType{corev1.NodeMemoryPressure}
-	own.SetConditions(pressure)
+	own.SetConditions(pressure, nil)
 	if err := own.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestModeChangeReleasesWhatTheNewModeDoesNotPublish(t *testing.T) {
 		s, _ := conditionOf(getNode(t, n.name), ConditionMemoryPressure)
 		return s == corev1.ConditionTrue, nil
 	})
-	standard.SetConditions(pressure)
+	standard.SetConditions(pressure, nil)
 	waitFor(t, 5*time.Second, "standard mode took over", func() (bool, error) {
 		if err := standard.Sync(ctx); err != nil {
 			return false, err
@@ -413,7 +413,7 @@ func TestQuietHourMakesNoAPIWrites(t *testing.T) {
 	// One simulated hour of 1 s loop passes without pressure: the loop publishes "no
 	// conditions" and has no candidates each pass, the re-assert ticker fires each second.
 	for range 3600 {
-		status.SetConditions(nil)
+		status.SetConditions(nil, nil)
 		if res := ev.Evict(context.Background(), nil); res.Outcome != eviction.OutcomeNoCandidates {
 			t.Fatalf("quiet pass: outcome %s", res.Outcome)
 		}
@@ -428,7 +428,7 @@ func TestQuietHourMakesNoAPIWrites(t *testing.T) {
 	}
 
 	// The counter sees the agent's writes when there is something to write.
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodePIDPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodePIDPressure}, nil)
 	waitFor(t, 5*time.Second, "the agent's writes in the audit log", func() (bool, error) {
 		count, _, _ := auditWrites(t, agentUsername, offset)
 		return count >= 2, nil // condition patch + taint patch
@@ -459,7 +459,7 @@ func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	status.node = staticNode{stale}
-	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure})
+	status.SetConditions([]corev1.NodeConditionType{corev1.NodeDiskPressure}, nil)
 	if err := status.Sync(ctx); err != nil {
 		t.Fatalf("sync with a stale node: %v", err)
 	}

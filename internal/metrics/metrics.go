@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/version"
 )
 
@@ -16,11 +17,14 @@ const namespace = "evictiond"
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	SignalAvailable *prometheus.GaugeVec
-	SignalCapacity  *prometheus.GaugeVec
-	Threshold       *prometheus.GaugeVec
-	ThresholdMet    *prometheus.GaugeVec
-	NodeCondition   *prometheus.GaugeVec
+	// signals are the readings and thresholds by unit (SetSignal,
+	// SetThreshold); legacy the families of mixed units, nil unless
+	// Options.LegacySignalFamilies.
+	signals map[policy.Unit]unitFamilies
+	legacy  *legacyFamilies
+
+	ThresholdMet  *prometheus.GaugeVec
+	NodeCondition *prometheus.GaugeVec
 
 	Evictions    *prometheus.CounterVec
 	ReclaimBytes *prometheus.CounterVec
@@ -55,18 +59,24 @@ type Metrics struct {
 	Confinement *prometheus.GaugeVec
 }
 
+// Options change what New exports.
+type Options struct {
+	// LegacySignalFamilies also exports evictiond_signal_available,
+	// evictiond_signal_capacity and evictiond_threshold, which mix units
+	// (run --legacy-signal-metrics; one release, for dashboards not yet moved).
+	LegacySignalFamilies bool
+}
+
 // New creates the metrics on a fresh registry, with the process and Go
 // runtime collectors.
-func New() *Metrics {
+func New() *Metrics { return NewWithOptions(Options{}) }
+
+// NewWithOptions is New with o.
+func NewWithOptions(o Options) *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: r,
-		SignalAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "signal_available",
-			Help: "Last observed available amount of an eviction signal, in its unit (bytes, inodes, PIDs; PSI: 10000 minus stall in hundredths of a percent)."}, []string{"signal"}),
-		SignalCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "signal_capacity",
-			Help: "Last observed capacity of an eviction signal, in its unit."}, []string{"signal"}),
-		Threshold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "threshold",
-			Help: "Eviction threshold resolved against the signal's capacity, in the signal's unit."}, []string{"signal", "kind"}),
+		signals:  newUnitFamilies(),
 		ThresholdMet: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "threshold_met",
 			Help: "1 while an eviction threshold is met (grace periods ignored, minimum reclaim included)."}, []string{"signal", "kind"}),
 		NodeCondition: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "node_condition",
@@ -125,7 +135,14 @@ func New() *Metrics {
 		Confinement: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "confinement",
 			Help: "1 when the agent's self-confinement control is in force on every thread (seccomp: open_by_handle_at and name_to_handle_at refused; cap_kill: CAP_KILL dropped, cgroup v2 only), 0 when not (failed, or not applicable: the start-up log says which)."}, []string{"control"}),
 	}
-	r.MustRegister(m.SignalAvailable, m.SignalCapacity, m.Threshold, m.ThresholdMet, m.NodeCondition,
+	for _, f := range m.signals {
+		r.MustRegister(f.collectors()...)
+	}
+	if o.LegacySignalFamilies {
+		m.legacy = newLegacyFamilies()
+		r.MustRegister(m.legacy.available, m.legacy.capacity, m.legacy.threshold)
+	}
+	r.MustRegister(m.ThresholdMet, m.NodeCondition,
 		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.LoopEvictions, m.LoopWorkloads,

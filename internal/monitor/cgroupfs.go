@@ -73,6 +73,20 @@ func (l *cgroupLayout) readMemoryLimit(cgroupPath string) (int64, error) {
 	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), name))
 }
 
+// readSwapUsage is a cgroup's memory.swap.current (cgroup v2); nil on v1
+// (the kubelet supports swap on v2 only) or where the kernel does not account
+// swap (swapaccount=0): unmeasured, never "no swap".
+func (l *cgroupLayout) readSwapUsage(cgroupPath string) *int64 {
+	if l.version != CgroupV2 {
+		return nil
+	}
+	v, err := nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "memory.swap.current"))
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
 // processController is the v1 controller whose hierarchy is walked to count
 // a cgroup's processes; on v2 there is one hierarchy.
 func (l *cgroupLayout) processDir(cgroupPath string) string {

@@ -577,3 +577,35 @@ func TestFixtureRankingMeasuresAgainAPodSeenBeforeItsContainersLogged(t *testing
 		t.Errorf("ranking read: container logs %v, want the log directory measured now", deref(c.LogsBytes))
 	}
 }
+
+// Every pass reads the pods' memory.pressure for the self-inflicted stall
+// detection (cgroup v2), but only while kubepods itself stalls: at 0.00 no pod
+// under it can (PSI is hierarchical), and the pass skips three reads a pod.
+// The ranking's read (ObservePods) always takes it.
+func TestFixturePodDiskReadsPodPressureOnlyWhileKubepodsStalls(t *testing.T) {
+	m := fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, nil)
+	s := m.ObserveNode(context.Background())
+	m.ObservePodDisk(context.Background(), s, fixturePods)
+	if pp := s.Pods[podBurstable].MemoryPressure; pp == nil || pp.Some[0] != 1250 {
+		t.Fatalf("kubepods some avg10 12.50: pod pressure %+v, want the pod's 12.50", pp)
+	}
+
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("testdata/v2-systemd")); err != nil {
+		t.Fatal(err)
+	}
+	idle := "some avg10=0.00 avg60=0.00 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=2345\n"
+	if err := os.WriteFile(filepath.Join(root, "sys/fs/cgroup/kubepods.slice/memory.pressure"), []byte(idle), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m = fixtureMonitor(t, "v2-systemd", CgroupDriverSystemd, func(c *Config) { c.HostRoot = root })
+	s = m.ObserveNode(context.Background())
+	m.ObservePodDisk(context.Background(), s, fixturePods)
+	if pp := s.Pods[podBurstable].MemoryPressure; pp != nil {
+		t.Errorf("kubepods some avg10 0.00: pod pressure read anyway: %+v", pp)
+	}
+	m.ObservePods(context.Background(), s, fixturePods)
+	if pp := s.Pods[podBurstable].MemoryPressure; pp == nil || pp.Some[0] != 1250 {
+		t.Errorf("ranking read: pod pressure %+v, want the pod's 12.50", pp)
+	}
+}

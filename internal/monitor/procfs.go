@@ -17,6 +17,8 @@ import (
 type meminfo struct {
 	memTotal     int64
 	memAvailable int64
+	// swapTotal and swapFree are -1 on a kernel built without swap (no lines).
+	swapTotal, swapFree int64
 }
 
 // Read here rather than through procfs.Meminfo, which parses every one of the
@@ -30,8 +32,8 @@ func readMeminfo(procDir string) (meminfo, error) {
 	if err != nil {
 		return meminfo{}, err
 	}
-	out := meminfo{memTotal: -1, memAvailable: -1}
-	for len(raw) > 0 && (out.memTotal < 0 || out.memAvailable < 0) {
+	out := meminfo{memTotal: -1, memAvailable: -1, swapTotal: -1, swapFree: -1}
+	for len(raw) > 0 && (out.memTotal < 0 || out.memAvailable < 0 || out.swapTotal < 0 || out.swapFree < 0) {
 		line := raw
 		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
 			line, raw = raw[:i], raw[i+1:]
@@ -44,6 +46,10 @@ func readMeminfo(procDir string) (meminfo, error) {
 			dst = &out.memTotal
 		case bytes.HasPrefix(line, []byte("MemAvailable:")):
 			dst = &out.memAvailable
+		case bytes.HasPrefix(line, []byte("SwapTotal:")):
+			dst = &out.swapTotal
+		case bytes.HasPrefix(line, []byte("SwapFree:")):
+			dst = &out.swapFree
 		default:
 			continue
 		}

@@ -36,6 +36,12 @@ func TestReadMeminfoAgreesWithProcfs(t *testing.T) {
 		} else if dir != "/proc" && got.memAvailable != int64(*want.MemAvailableBytes) {
 			t.Errorf("%s: MemAvailable %d, procfs %d", dir, got.memAvailable, *want.MemAvailableBytes)
 		}
+		if want.SwapTotalBytes == nil || got.swapTotal != int64(*want.SwapTotalBytes) {
+			t.Errorf("%s: SwapTotal %d, procfs %v", dir, got.swapTotal, want.SwapTotalBytes)
+		}
+		if dir != "/proc" && (want.SwapFreeBytes == nil || got.swapFree != int64(*want.SwapFreeBytes)) {
+			t.Errorf("%s: SwapFree %d, procfs %v", dir, got.swapFree, want.SwapFreeBytes)
+		}
 	}
 }
 

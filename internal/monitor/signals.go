@@ -20,8 +20,10 @@ func (m *Monitor) readMemorySignals(b *snapshotBuilder) {
 	mi, err := readMeminfo(m.procDir)
 	if err != nil {
 		b.miss(policy.SignalMemoryAvailable, err.Error(), true)
+		b.miss(policy.SignalSwapAvailable, err.Error(), true)
 	} else {
 		m.readMemoryAvailable(b, mi)
+		readSwapAvailable(b, mi)
 	}
 	m.readAllocatableMemory(b)
 	m.readPSI(b)
@@ -52,6 +54,21 @@ func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
 		// available (MemTotal includes them, no cgroup's usage does).
 		b.add(policy.SignalMemoryAvailable, mi.memTotal-ws-pool, mi.memTotal, time.Now(), SourceCgroupWorkingSet,
 			fmt.Sprintf("MemTotal %d - root working set %d (usage %d - inactive_file %d) - hugetlb pools %d", mi.memTotal, ws, u.usage, u.inactiveFile, pool))
+	}
+}
+
+// readSwapAvailable is SwapFree of SwapTotal. A node without swap has no
+// swap.available at all (not "0 bytes left"), so a threshold on it never
+// evicts there.
+func readSwapAvailable(b *snapshotBuilder, mi meminfo) {
+	switch {
+	case mi.swapTotal < 0 || mi.swapFree < 0:
+		b.miss(policy.SignalSwapAvailable, "the kernel's meminfo has no SwapTotal/SwapFree (built without swap)", false)
+	case mi.swapTotal == 0:
+		b.miss(policy.SignalSwapAvailable, "the node has no swap (SwapTotal 0)", false)
+	default:
+		b.add(policy.SignalSwapAvailable, mi.swapFree, mi.swapTotal, time.Now(), SourceMemInfoSwap,
+			fmt.Sprintf("SwapFree %d of SwapTotal %d", mi.swapFree, mi.swapTotal))
 	}
 }
 

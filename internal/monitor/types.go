@@ -106,6 +106,7 @@ type Source string
 const (
 	SourceCgroupWorkingSet Source = "cgroupfs:workingSet"
 	SourceMemAvailable     Source = "procfs:MemAvailable"
+	SourceMemInfoSwap      Source = "procfs:SwapFree"
 	SourceProcPIDs         Source = "procfs:loadavg"
 	SourceStatfs           Source = "statfs"
 	SourceCRI              Source = "cri:ImageFsInfo"

@@ -54,19 +54,30 @@ func (n statsNode) PodCgroupUIDs() ([]types.UID, error) { return n.stats.PodCgro
 // pay for. make bench-footprint prints both; its cluster part the whole
 // process's memory and CPU on a node of 110 pods.
 func BenchmarkIdlePass(b *testing.B) {
-	b.Run("pods=1", func(b *testing.B) { benchIdlePass(b, "../monitor/testdata/v2-systemd", 1) })
-	b.Run("pods=110", func(b *testing.B) { benchIdlePass(b, hostWithPods(b, 110), 110) })
+	b.Run("pods=1", func(b *testing.B) { benchIdlePass(b, "../monitor/testdata/v2-systemd", monitor.CgroupDriverSystemd, 1) })
+	b.Run("pods=110", func(b *testing.B) { benchIdlePass(b, hostWithPods(b, 110, false), monitor.CgroupDriverSystemd, 110) })
+	// kubepods stalling (the fixture's 12.5% some avg10): every pass reads the
+	// pods' memory.pressure too, for the self-inflicted stall detection.
+	b.Run("pods=110/kubepods-stalling", func(b *testing.B) {
+		benchIdlePass(b, hostWithPods(b, 110, true), monitor.CgroupDriverSystemd, 110)
+	})
+	// cgroup v1 (cgroupfs driver), as on the e2e node: no pod memory.pressure to read.
+	b.Run("v1/pods=110", func(b *testing.B) { benchIdlePass(b, hostV1WithPods(b, 110), monitor.CgroupDriverCgroupfs, 110) })
 }
 
 // fixturePod is the fixture host's Burstable pod.
 const fixturePod = "0e7f5a36-9c1e-4f53-9d0a-7f8ac2a1b111"
 
-func benchIdlePass(b *testing.B, hostRoot string, pods int) {
-	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n"))
+func benchIdlePass(b *testing.B, hostRoot string, driver monitor.CgroupDriver, pods int) {
+	// The default configuration, but for the filesystem thresholds: the fixture's
+	// filesystems are statfs of this machine's disk, whose free space other work moves
+	// (at 14.7% free, imagefs.available's default 15% made the first pass evict).
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n" +
+		"evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}\n"))
 	if errs != nil {
 		b.Fatal(errs)
 	}
-	m, err := monitor.New(monitor.Config{HostRoot: hostRoot, CgroupDriver: monitor.CgroupDriverSystemd, DisableCAdvisor: true})
+	m, err := monitor.New(monitor.Config{HostRoot: hostRoot, CgroupDriver: driver, DisableCAdvisor: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -117,15 +128,40 @@ func benchIdlePass(b *testing.B, hostRoot string, pods int) {
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "kept-B/pass")
 }
 
+// hostV1WithPods is the cgroup v1 fixture host (cgroupfs driver) with its
+// Burstable pod's memory and pids cgroups cloned to pods pods in all.
+func hostV1WithPods(b *testing.B, pods int) string {
+	root := b.TempDir()
+	if err := os.CopyFS(root, os.DirFS("../monitor/testdata/v1-cgroupfs")); err != nil {
+		b.Fatal(err)
+	}
+	for _, ctl := range []string{"memory", "pids"} {
+		burstable := filepath.Join(root, "sys/fs/cgroup", ctl, "kubepods/burstable")
+		for i := 1; i < pods; i++ {
+			if err := os.CopyFS(filepath.Join(burstable, "pod"+clonedPodUID(i)), os.DirFS(filepath.Join(burstable, "pod"+fixturePod))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return root
+}
+
 // clonedPodUID is the UID of the i-th clone of the fixture's pod.
 func clonedPodUID(i int) string { return fmt.Sprintf("0e7f5a36-9c1e-4f53-9d0a-%012d", i) }
 
 // hostWithPods is the cgroup v2 fixture host with its Burstable pod's cgroup cloned to
-// pods pods in all.
-func hostWithPods(b *testing.B, pods int) string {
+// pods pods in all; unless stalling, kubepods' memory.pressure is at rest (0.00), as on
+// an idle node.
+func hostWithPods(b *testing.B, pods int, stalling bool) string {
 	root := b.TempDir()
 	if err := os.CopyFS(root, os.DirFS("../monitor/testdata/v2-systemd")); err != nil {
 		b.Fatal(err)
+	}
+	if !stalling {
+		rest := "some avg10=0.00 avg60=0.00 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=2345\n"
+		if err := os.WriteFile(filepath.Join(root, "sys/fs/cgroup/kubepods.slice/memory.pressure"), []byte(rest), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 	burstable := filepath.Join(root, "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice")
 	slice := func(uid string) string {

@@ -3,8 +3,10 @@
 package notify
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,7 +62,7 @@ func BenchmarkWakeLatencyPoll(b *testing.B) {
 	// locking onto the poll's phase (a crossing right after the wake of the
 	// previous one would always wait a full interval).
 	benchmarkWakeLatency(b, SourcePoll, DefaultPollInterval, func(dir string) Options {
-		return Options{ReadMemory: memcgReader(dir), PollInterval: DefaultPollInterval, PollMinInterval: DefaultPollInterval}
+		return Options{ReadMemory: memcgReader(dir), PollInterval: DefaultPollInterval, PollMinInterval: DefaultPollInterval, PollIdleInterval: DefaultPollInterval}
 	})
 }
 
@@ -204,4 +206,125 @@ func BenchmarkMemcgRearm(b *testing.B) {
 		}
 		unix.Close(efd)
 	}
+}
+
+// BenchmarkWakeLatencyPollRampFromFar: the poll alone (no memcg thresholds) on
+// this machine's cgroup v1, a memcg of 1 GiB + 64Mi, a threshold of 64Mi on
+// allocatableMemory.available: a child at rest ramps its memory use as fast as
+// it touches pages from ~1 GiB away across the threshold. The latency runs from
+// the moment its touch reached the threshold (CLOCK_MONOTONIC, in the child) to
+// a loop goroutine returning from its select on the Waker (negative: the poll
+// saw the kernel's count cross, which leads the touched bytes by up to ~1 MiB,
+// before the touch did). "idle-1s" is the default poll (down to 5ms near a
+// threshold, up to notifier.pollIdleInterval far from it); "far-100ms" the same
+// poll never waiting longer than pollInterval far away (pollIdleInterval =
+// pollInterval: the poll before the idle rule). A ramp below 4 GiB/s must not
+// be seen later with the idle rule. Reports p50-ms, p99-ms, max-ms, the ramp's
+// rate (ramp-MiB/s) and the reads a second at rest before the ramps (reads/s).
+//
+//	go test -tags integration -run '^$' -bench WakeLatencyPollRampFromFar -benchtime 20x ./internal/notify
+func BenchmarkWakeLatencyPollRampFromFar(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+	}{{"idle-1s", DefaultPollIdleInterval}, {"far-100ms", DefaultPollInterval}} {
+		b.Run(tc.name, func(b *testing.B) { benchmarkRampFromFar(b, tc.idle) })
+	}
+}
+
+func benchmarkRampFromFar(b *testing.B, idle time.Duration) {
+	requireMemcgV1(b)
+	const threshold = 64 * mib
+	name := uniqueName(b)
+	dir := makeMemcg(b, name, threshold+1<<30)
+	h := startHelper(b, dir)
+	w := NewWaker()
+	metrics := NewMetrics()
+	startManager(b, Options{
+		Mode: CgroupModeV1, KubepodsCgroup: name, Logger: slog.New(slog.DiscardHandler), Metrics: metrics,
+		Thresholds:       []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: threshold}},
+		ReadMemory:       memcgReader(dir),
+		PollIdleInterval: idle,
+	}, w)
+	reads0 := testutil.ToFloat64(metrics.PollReads)
+	time.Sleep(3 * time.Second)
+	readsPerSecond := (testutil.ToFloat64(metrics.PollReads) - reads0) / 3
+	benchmarkRamps(b, h, w, threshold, time.Second, time.Second, func() (int64, error) {
+		s, err := readMemcgV1(dir, false, "/proc/meminfo")
+		return s.Available(), err
+	})
+	b.ReportMetric(readsPerSecond, "reads/s")
+}
+
+// benchmarkRamps runs b.N ramps of the helper's memory from rest across
+// threshold, each after a pause of rest plus up to jitter (no lock-step with
+// the poll's phase), and reports the latency from the moment the touch reached
+// the threshold to the loop's wake by the poll (p50-ms, p99-ms, max-ms) and the
+// ramps' rate (ramp-MiB/s). available reads the signal the manager watches.
+func benchmarkRamps(b *testing.B, h *helper, w *Waker, threshold int64, rest, jitter time.Duration, available func() (int64, error)) {
+	wakes := make(chan time.Duration, 64)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-w.C():
+				at := monotonicNow()
+				if w.Take().Sources[SourcePoll] > 0 {
+					wakes <- at
+				}
+			}
+		}
+	}()
+	b.Cleanup(func() { close(stop) })
+	nextWake := func(what string, since time.Duration) time.Duration {
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case at := <-wakes:
+				if at >= since {
+					return at
+				}
+			case <-timeout:
+				b.Fatalf("no poll wake within 5s after %s", what)
+				return 0
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	var latencies []time.Duration
+	var rampBytes int64
+	var rampTime time.Duration
+	b.ResetTimer()
+	for range b.N {
+		time.Sleep(rest + rand.N(jitter))
+		avail, err := available()
+		if err != nil {
+			b.Fatal(err)
+		}
+		headroom := avail - threshold
+		n := headroom + 32*mib
+		reply := h.do("ramp %d %d", n, headroom)
+		start, _ := strconv.ParseInt(reply[0], 10, 64)
+		end, _ := strconv.ParseInt(reply[1], 10, 64)
+		marked, _ := strconv.ParseInt(reply[2], 10, 64)
+		at := nextWake("crossing up", time.Duration(start))
+		latencies = append(latencies, at-time.Duration(marked))
+		rampBytes += n
+		rampTime += time.Duration(end - start)
+		down := monotonicNow()
+		h.do("freelast")
+		nextWake("crossing down", down)
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		return float64(latencies[int(float64(len(latencies)-1)*p)].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(pct(1), "max-ms")
+	b.ReportMetric(float64(rampBytes)/float64(mib)/rampTime.Seconds(), "ramp-MiB/s")
+	b.ReportMetric(0, "ns/op")
 }

@@ -3,9 +3,7 @@
 package notify
 
 import (
-	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -24,7 +22,8 @@ import (
 // per-CPU charge batch of 64 pages): a poll may see the crossing up to about
 // 1 MiB before the touch reaches it, so latencies can be slightly negative
 // and figures are accurate to about 1 MiB of ramp (5 ms at 200 MiB/s).
-// "adaptive" is the default poll (100ms, down to 5ms near a threshold);
+// "adaptive" is the default poll (100ms, down to 5ms near a threshold, up to
+// 1s far from it);
 // "fixed-100ms" the poll without pacing, as before. Reports p50-ms, p99-ms,
 // max-ms and the ramp's rate (ramp-MiB/s). make bench-cgroup2 runs it in the VM.
 func BenchmarkCgroup2WakeLatencyRamp(b *testing.B) {
@@ -47,73 +46,12 @@ func benchmarkRamp(b *testing.B, minInterval time.Duration) {
 		Mode: CgroupModeV2, KubepodsCgroup: name, Logger: discardLogger(),
 		Thresholds:      []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: threshold}},
 		ReadMemory:      v2Reader(kubepods),
-		PollMinInterval: minInterval,
+		PollMinInterval: minInterval, PollIdleInterval: fixedIdle(minInterval),
 	}, w)
-	wakes := make(chan time.Duration, 64)
-	stop := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-w.C():
-				at := monotonicNow()
-				if w.Take().Sources[SourcePoll] > 0 {
-					wakes <- at
-				}
-			}
-		}
-	}()
-	b.Cleanup(func() { close(stop) })
-	nextWake := func(what string, since time.Duration) time.Duration {
-		timeout := time.After(5 * time.Second)
-		for {
-			select {
-			case at := <-wakes:
-				if at >= since {
-					return at
-				}
-			case <-timeout:
-				b.Fatalf("no poll wake within 5s after %s", what)
-				return 0
-			}
-		}
-	}
-	time.Sleep(300 * time.Millisecond)
-	var latencies []time.Duration
-	var rampBytes int64
-	var rampTime time.Duration
-	b.ResetTimer()
-	for range b.N {
-		time.Sleep(rand.N(100 * time.Millisecond)) // no lock-step with the poll's phase
+	benchmarkRamps(b, h, w, threshold, 0, 100*time.Millisecond, func() (int64, error) {
 		s, err := readV2(kubepods)
-		if err != nil {
-			b.Fatal(err)
-		}
-		headroom := s.Available() - threshold
-		n := headroom + 32*mib
-		reply := h.do("ramp %d %d", n, headroom)
-		start, _ := strconv.ParseInt(reply[0], 10, 64)
-		end, _ := strconv.ParseInt(reply[1], 10, 64)
-		marked, _ := strconv.ParseInt(reply[2], 10, 64)
-		at := nextWake("crossing up", time.Duration(start))
-		latencies = append(latencies, at-time.Duration(marked))
-		rampBytes += n
-		rampTime += time.Duration(end - start)
-		down := monotonicNow()
-		h.do("freelast")
-		nextWake("crossing down", down)
-	}
-	b.StopTimer()
-	pct := func(p float64) float64 {
-		slices.Sort(latencies)
-		return float64(latencies[int(float64(len(latencies)-1)*p)].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(pct(1), "max-ms")
-	b.ReportMetric(float64(rampBytes)/float64(mib)/rampTime.Seconds(), "ramp-MiB/s")
-	b.ReportMetric(0, "ns/op")
+		return s.Available(), err
+	})
 }
 
 // BenchmarkCgroup2PollIdleCPU is the CPU the fast poll costs on a node far
@@ -132,7 +70,7 @@ func BenchmarkCgroup2PollIdleCPU(b *testing.B) {
 				Mode: CgroupModeV2, KubepodsCgroup: name, Logger: discardLogger(),
 				Thresholds:      []Threshold{{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 64 * mib}},
 				ReadMemory:      v2Reader(kubepods),
-				PollMinInterval: tc.min,
+				PollMinInterval: tc.min, PollIdleInterval: fixedIdle(tc.min),
 			}, NewWaker())
 			const window = 5 * time.Second
 			b.ResetTimer()
@@ -146,6 +84,15 @@ func BenchmarkCgroup2PollIdleCPU(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// fixedIdle: the "fixed-100ms" cases poll every 100ms far from the threshold
+// too (pollIdleInterval = pollInterval); the adaptive ones take the default.
+func fixedIdle(minInterval time.Duration) time.Duration {
+	if minInterval == DefaultPollInterval {
+		return DefaultPollInterval
+	}
+	return 0
 }
 
 func cpuTime() time.Duration {

@@ -23,8 +23,9 @@ func OptionsFromConfig(cfg *policy.Config) Options {
 			Stall:   n.PSIStall,
 			Window:  n.PSIWindow,
 		},
-		PollInterval: n.PollInterval,
-		PollForRates: cfg.Brake.Enabled,
+		PollInterval:     n.PollInterval,
+		PollIdleInterval: n.PollIdleInterval,
+		PollForRates:     cfg.Brake.Enabled,
 	}
 	index := map[string]int{}
 	for _, pt := range cfg.Thresholds {

@@ -39,7 +39,8 @@ notifier:
 		}
 	}
 	if opts.MemcgThresholds || !opts.MemoryEvents || !opts.PSI.Enabled || opts.PSI.Type != PSIFull ||
-		opts.PSI.Stall != 200*time.Millisecond || opts.PSI.Window != 4*time.Second || opts.PollInterval != 50*time.Millisecond {
+		opts.PSI.Stall != 200*time.Millisecond || opts.PSI.Window != 4*time.Second || opts.PollInterval != 50*time.Millisecond ||
+		opts.PollIdleInterval != time.Second {
 		t.Fatalf("notifier settings not carried over: %+v", opts)
 	}
 	if err := opts.withDefaults().Validate(); err != nil {

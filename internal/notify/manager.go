@@ -46,6 +46,7 @@ type settings struct {
 	MemoryEvents    bool
 	PSI             PSIOptions
 	PollInterval    time.Duration
+	PollIdle        time.Duration
 	PollForRates    bool
 	Thresholds      []Threshold
 }
@@ -56,6 +57,7 @@ func settingsOf(o Options) settings {
 		MemoryEvents:    o.MemoryEvents,
 		PSI:             o.PSI,
 		PollInterval:    o.PollInterval,
+		PollIdle:        o.PollIdleInterval,
 		PollForRates:    o.PollForRates,
 		Thresholds:      slices.Clone(o.Thresholds),
 	}
@@ -133,12 +135,14 @@ func (m *Manager) SetThresholds(ts []Threshold) error {
 // options are rejected and the running ones stay.
 func (m *Manager) Reconfigure(opts Options) error {
 	// Zero values take the defaults, as in New.
-	d := Options{PSI: opts.PSI, PollInterval: opts.PollInterval}.withDefaults()
+	d := Options{PSI: opts.PSI, PollInterval: opts.PollInterval, PollIdleInterval: opts.PollIdleInterval}.withDefaults()
 	return m.apply(settings{
 		MemcgThresholds: opts.MemcgThresholds,
 		MemoryEvents:    opts.MemoryEvents,
 		PSI:             d.PSI,
 		PollInterval:    d.PollInterval,
+		PollIdle:        d.PollIdleInterval,
+		PollForRates:    opts.PollForRates,
 		Thresholds:      opts.Thresholds,
 	})
 }
@@ -147,6 +151,7 @@ func (m *Manager) apply(next settings) error {
 	probe := m.opts
 	probe.MemcgThresholds, probe.MemoryEvents = next.MemcgThresholds, next.MemoryEvents
 	probe.PSI, probe.PollInterval, probe.Thresholds = next.PSI, next.PollInterval, next.Thresholds
+	probe.PollIdleInterval = next.PollIdle
 	probe.PollForRates = next.PollForRates
 	probe.PollMinInterval = min(probe.PollMinInterval, probe.PollInterval) // fixed at New; a shorter period caps it
 	if err := probe.Validate(); err != nil {
@@ -326,7 +331,7 @@ func (m *Manager) setPollActive(active bool) {
 		return
 	}
 	interval := m.current().PollInterval
-	pacing := newPollPacer(min(m.opts.PollMinInterval, interval), m.opts.PollRampRate).describe(interval)
+	pacing := newPollPacer(min(m.opts.PollMinInterval, interval), m.opts.PollRampRate).describe(interval, m.current().PollIdle)
 	m.log.Info("fast poll of the memory and PID signals", "active", active, "interval", interval, "pacing", pacing)
 	st := NotifierStatus{Source: SourcePoll, Target: pollTarget, Mode: ModeDisabled,
 		Detail: "every threshold is watched by the kernel"}
@@ -365,7 +370,8 @@ func (m *Manager) runPoll(ctx context.Context) {
 		for m.pollNeeded() {
 			var obs policy.Observations
 			obs, lastErr = m.pollRead(met, lastErr)
-			timer.Reset(pacer.next(obs, m.currentThresholds(), m.current().PollInterval))
+			cur := m.current()
+			timer.Reset(pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle))
 			select {
 			case <-ctx.Done():
 				timer.Stop()

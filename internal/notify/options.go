@@ -44,6 +44,9 @@ func (o Options) withDefaults() Options {
 	if o.PollMinInterval == 0 {
 		o.PollMinInterval = min(DefaultPollMinInterval, o.PollInterval)
 	}
+	if o.PollIdleInterval == 0 {
+		o.PollIdleInterval = max(DefaultPollIdleInterval, o.PollInterval)
+	}
 	if o.PollRampRate == 0 {
 		o.PollRampRate = DefaultPollRampRate
 	}
@@ -89,6 +92,9 @@ func (o Options) Validate() error {
 	}
 	if o.PollMinInterval < MinPollMinInterval || o.PollMinInterval > o.PollInterval {
 		bad("pollMinInterval", o.PollMinInterval, fmt.Sprintf("must be within %v..pollInterval (%v)", MinPollMinInterval, o.PollInterval))
+	}
+	if o.PollIdleInterval < o.PollInterval || o.PollIdleInterval > MaxPollInterval {
+		bad("pollIdleInterval", o.PollIdleInterval, fmt.Sprintf("must be within pollInterval (%v)..%v", o.PollInterval, MaxPollInterval))
 	}
 	if o.PollRampRate <= 0 {
 		bad("pollRampRate", o.PollRampRate, "must be > 0 bytes per second")

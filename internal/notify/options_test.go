@@ -95,3 +95,27 @@ func TestAdaptPSIWindowRoundsUpToTwoSecondMultipleAndKeepsStallRatio(t *testing.
 		}
 	}
 }
+
+// A reload keeps what it does not change and takes what it does: the idle
+// period, and the brake's poll for rates (a reload used to drop it, stopping
+// the poll on a node whose every threshold has a kernel notifier).
+func TestReconfigureCarriesTheIdlePeriodAndThePollForRates(t *testing.T) {
+	ts := []Threshold{{Signal: policy.SignalMemoryAvailable, Hard: true, Available: 100 << 20}}
+	m, err := New(Options{Thresholds: ts, PollForRates: true}, NewWaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.current(); got.PollIdle != DefaultPollIdleInterval || !got.PollForRates {
+		t.Fatalf("after New: idle %v, poll for rates %v", got.PollIdle, got.PollForRates)
+	}
+	if err := m.Reconfigure(Options{Thresholds: ts, PollForRates: true, PollIdleInterval: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.current(); got.PollIdle != 3*time.Second || !got.PollForRates {
+		t.Errorf("after a reload: idle %v, poll for rates %v; want 3s, true", got.PollIdle, got.PollForRates)
+	}
+	err = m.Reconfigure(Options{Thresholds: ts, PollInterval: 2 * time.Second, PollIdleInterval: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "pollIdleInterval=1s: must be within pollInterval (2s)..10s") {
+		t.Errorf("idle period below the poll interval: %v", err)
+	}
+}

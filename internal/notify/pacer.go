@@ -7,23 +7,42 @@ import (
 	"github.com/evictiond/evictiond/internal/policy"
 )
 
+// idleRampFactor: the poll waits longer than PollInterval (up to
+// PollIdleInterval) only while a ramp this many times the assumed one
+// (PollRampRate, PollPIDRampRate) could not reach a threshold before the next
+// read: 4 GiB/s of memory and 40000 PIDs/s at the defaults, above the fastest
+// ramps measured on this project's machines (make bench-ramp: two hogs at
+// "4000 MiB/s" achieved about 3 GiB/s; a fork loop about 10000 tasks/s).
+const idleRampFactor = 4
+
 // pollPacer chooses when the fast poll reads next. cgroup v2 has no memcg
 // threshold events, so on v2 the poll is what sees a ramp of memory use
 // reach a threshold; a fixed 100 ms period would let a fast ramp run for up
-// to 100 ms past it. The pacer keeps the fixed period where nothing is near
-// (the idle cost is unchanged) and shortens it as a signal nears a threshold
-// and as its rate of approach grows, so that the first read after a crossing
-// comes at most MinInterval after it:
+// to 100 ms past it. The pacer shortens the period as a signal nears a
+// threshold and as its rate of approach grows, so that the first read after
+// a crossing comes at most MinInterval after it, and lengthens it while
+// every signal is far from its thresholds, where reading every PollInterval
+// would cost CPU on every node of a fleet for nothing:
 //
 //   - proximity: the next read comes before a ramp at RampRate (the fastest
 //     ramp assumed possible from rest) could cover the remaining headroom:
 //     headroom / RampRate;
 //   - approach: a signal falling faster than RampRate (measured between the
-//     last two reads) is read again at half its time to the threshold.
+//     last two reads) is read again at half its time to the threshold;
+//   - idle: where proximity allows more than the base period, the next read
+//     comes before a ramp at idleRampFactor × RampRate could cover the
+//     headroom, and at the latest after the idle period. A ramp up to that
+//     rate that starts right after a read is therefore read again no later
+//     than at its crossing, and from that read on the two rules above pace
+//     the poll as they did with a fixed base period: for such ramps the
+//     first read after a crossing comes no later than before. A faster ramp
+//     (or a step) from far away is read at most the idle period after the
+//     read before it, instead of the base period.
 //
 // Both shrink geometrically toward the crossing, down to MinInterval; a
-// threshold that is met already is read at the base period (the loop is
-// awake and acting; a wake when it stops being met is not urgent).
+// threshold that is met already, a signal missing from a reading, or a
+// failed read are read again at the base period (the loop is awake and
+// acting; a wake when it stops being met is not urgent).
 type pollPacer struct {
 	min      time.Duration
 	rampRate float64 // bytes per second
@@ -34,17 +53,24 @@ func newPollPacer(min time.Duration, rampRate int64) *pollPacer {
 	return &pollPacer{min: min, rampRate: float64(rampRate), last: map[policy.Signal]policy.Observation{}}
 }
 
-// next returns the delay before the next read, at most base.
-func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base time.Duration) time.Duration {
-	d := base
+// next returns the delay before the next read, at most idle (and at most
+// base unless every threshold is far).
+func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, idle time.Duration) time.Duration {
+	idle = max(idle, base)
+	if obs == nil {
+		return base // a failed read
+	}
+	d := idle
 	for _, t := range thresholds {
 		o, ok := obs[t.Signal]
 		if !ok {
+			d = min(d, base)
 			continue
 		}
 		headroom := float64(o.Available - t.resolve(o.Capacity))
 		if headroom < 0 {
-			continue // met
+			d = min(d, base) // met
+			continue
 		}
 		rate := p.rampRate
 		if t.Signal == policy.SignalPIDAvailable {
@@ -54,9 +80,12 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base t
 			falling := float64(prev.Available-o.Available) / o.Time.Sub(prev.Time).Seconds()
 			rate = max(rate, 2*falling) // half the time to the threshold at the measured rate
 		}
-		if rate > 0 {
-			d = min(d, time.Duration(headroom/rate*float64(time.Second)))
+		near := time.Duration(headroom / rate * float64(time.Second))
+		if near > base {
+			// Far: before a ramp idleRampFactor times faster could get there.
+			near = max(base, time.Duration(headroom/(idleRampFactor*rate)*float64(time.Second)))
 		}
+		d = min(d, near)
 	}
 	for sig, o := range obs {
 		p.last[sig] = o
@@ -65,9 +94,16 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base t
 }
 
 // describe is the poll's status detail.
-func (p *pollPacer) describe(base time.Duration) string {
-	if p.min >= base {
+func (p *pollPacer) describe(base, idle time.Duration) string {
+	if p.min >= base && idle <= base {
 		return fmt.Sprintf("every %v", base)
 	}
-	return fmt.Sprintf("every %v, down to %v near a threshold (assumed ramp %d MiB/s, %d PIDs/s)", base, p.min, int64(p.rampRate)>>20, PollPIDRampRate)
+	s := fmt.Sprintf("every %v", base)
+	if p.min < base {
+		s += fmt.Sprintf(", down to %v near a threshold (assumed ramp %d MiB/s, %d PIDs/s)", p.min, int64(p.rampRate)>>20, PollPIDRampRate)
+	}
+	if idle > base {
+		s += fmt.Sprintf(", up to %v while a ramp %d times as fast could not reach one", idle, idleRampFactor)
+	}
+	return s
 }

@@ -178,6 +178,12 @@ type Options struct {
 	// pollPacer). Default 5ms; bounds 1ms..PollInterval (equal to
 	// PollInterval: a fixed period).
 	PollMinInterval time.Duration
+	// PollIdleInterval is the poll's longest period, taken only while every
+	// watched signal is far enough from its thresholds that a ramp of
+	// idleRampFactor times the assumed one could not reach one sooner (see
+	// pollPacer). Default max(1s, PollInterval); bounds PollInterval..10s
+	// (equal to PollInterval: never longer than PollInterval, as before).
+	PollIdleInterval time.Duration
 	// PollRampRate is the fastest ramp of memory use the poll assumes
 	// possible from rest, in bytes per second: near a threshold it reads
 	// before such a ramp could cover the headroom. Default 1Gi/s.
@@ -186,8 +192,8 @@ type Options struct {
 	// an armed kernel notifier: the brake (brake.enabled) estimates how fast
 	// a signal falls from the readings before a crossing, and a memcg
 	// threshold event carries none. The poll's readings reach the loop
-	// through ReadMemory's owner (node.Stats). Cost: 10 reads a
-	// second far from the thresholds, ~0.3 ms each.
+	// through ReadMemory's owner (node.Stats). Cost far from the
+	// thresholds: one read per PollIdleInterval, ~0.1 ms each.
 	PollForRates bool
 	// RearmInterval: how often memcg thresholds are recomputed as
 	// inactive_file drifts (the kubelet uses 10s). Default 5s; bounds 100ms..1m.
@@ -217,7 +223,9 @@ const (
 	// DefaultPollInterval is the configuration's (notifier.pollInterval).
 	DefaultPollInterval    = policy.DefaultPollInterval
 	DefaultPollMinInterval = 5 * time.Millisecond
-	DefaultPollRampRate    = int64(1) << 30
+	// DefaultPollIdleInterval is the configuration's (notifier.pollIdleInterval).
+	DefaultPollIdleInterval = policy.DefaultPollIdleInterval
+	DefaultPollRampRate     = int64(1) << 30
 	// PollPIDRampRate is the fastest growth of tasks the poll assumes
 	// possible from rest, per second, near a pid.available threshold: a
 	// fork loop on a small node forks about 10000 a second (make bench-ramp,

@@ -121,6 +121,8 @@ type NotifierConfig struct {
 	PSIStall        time.Duration
 	PSIWindow       time.Duration
 	PollInterval    time.Duration
+	// PollIdleInterval: the poll's longest wait far from every threshold.
+	PollIdleInterval time.Duration
 }
 
 // EscalationConfig is the compiled PDBEscalationSettings.
@@ -192,6 +194,7 @@ const (
 	DefaultVictimReleaseTimeout     = 5 * time.Second
 	DefaultHousekeepingInterval     = 10 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
+	DefaultPollIdleInterval         = time.Second
 	DefaultPSIStall                 = 100 * time.Millisecond
 	DefaultPSIWindow                = 2 * time.Second
 	DefaultReassertInterval         = time.Second
@@ -662,6 +665,11 @@ func (c *compiler) notifier(n NotifierSettings) NotifierConfig {
 		PSIWindow:       c.duration("notifier.psi.window", n.PSI.Window, DefaultPSIWindow, 500*time.Millisecond, 10*time.Second),
 		PollInterval:    c.duration("notifier.pollInterval", n.PollInterval, DefaultPollInterval, 10*time.Millisecond, 10*time.Second),
 	}
+	out.PollIdleInterval = c.duration("notifier.pollIdleInterval", n.PollIdleInterval, max(DefaultPollIdleInterval, out.PollInterval), 10*time.Millisecond, 10*time.Second)
+	if out.PollIdleInterval < out.PollInterval {
+		c.fail("notifier.pollIdleInterval", "", n.PollIdleInterval, "must be at least notifier.pollInterval ("+out.PollInterval.String()+")")
+		out.PollIdleInterval = out.PollInterval
+	}
 	switch out.PSIType {
 	case "":
 		out.PSIType = "some"
@@ -877,7 +885,7 @@ func normalize(raw EvictionConfiguration, cfg *Config, hard, soft, grace, minRec
 	nc := cfg.Notifier
 	n.Notifier = NotifierSettings{MemcgThresholds: ptr(nc.MemcgThresholds), MemoryEvents: ptr(nc.MemoryEvents),
 		PSI:          PSITriggerSettings{Enabled: ptr(nc.PSIEnabled), Type: nc.PSIType, Stall: nc.PSIStall.String(), Window: nc.PSIWindow.String()},
-		PollInterval: nc.PollInterval.String()}
+		PollInterval: nc.PollInterval.String(), PollIdleInterval: nc.PollIdleInterval.String()}
 	n.Eviction = EvictionSettings{
 		PDBEscalation:  PDBEscalationSettings{MaxCandidates: ptr(cfg.Escalation.MaxCandidates), SoftMaxCandidates: ptr(cfg.Escalation.SoftMaxCandidates), Delete: ptr(cfg.Escalation.Delete)},
 		RateLimits:     RateLimitSettings{MaxPerPass: ptr(cfg.RateLimits.MaxPerPass), PerMinute: ptr(cfg.RateLimits.PerMinute), Burst: ptr(cfg.RateLimits.Burst), Cooldown: cfg.RateLimits.Cooldown.String()},

@@ -12,6 +12,7 @@ import (
 var maxThresholdQuantity = map[Resource]resource.Quantity{
 	// More memory than any machine has (the largest hold tens of TiB).
 	ResourceMemory: resource.MustParse("64Ti"),
+	ResourceSwap:   resource.MustParse("64Ti"),
 	// More than any node-local filesystem.
 	ResourceEphemeralStorage: resource.MustParse("64Pi"),
 	// The kernel's PID_MAX_LIMIT (pid_max cannot be set higher).

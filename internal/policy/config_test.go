@@ -533,6 +533,8 @@ func TestLoad_EvictiondSettingsRules(t *testing.T) {
 		{"notifier: {psi: {type: most}}", `notifier.psi.type: "most": must be some or full`},
 		{"notifier: {psi: {stall: 3s, window: 2s}}", `notifier.psi.stall: "3s": must not exceed notifier.psi.window (2s)`},
 		{"notifier: {psi: {window: 100ms}}", `notifier.psi.window: "100ms": must be at least 500ms`},
+		{"notifier: {pollInterval: 2s, pollIdleInterval: 1s}", `notifier.pollIdleInterval: "1s": must be at least notifier.pollInterval (2s)`},
+		{"notifier: {pollIdleInterval: 20s}", `notifier.pollIdleInterval: "20s": must be at most 10s`},
 		{"eviction: {pdbEscalation: {maxCandidates: -1}}", `eviction.pdbEscalation.maxCandidates: "-1": must be at least 1 (unset: 3)`},
 		{"eviction: {rateLimits: {maxPerPass: -2}}", `eviction.rateLimits.maxPerPass: "-2": must be at least 1 (unset: 3)`},
 		{"eviction: {rateLimits: {perMinute: -0.5}}", `eviction.rateLimits.perMinute: "-0.5": must be positive (unset: 10); to stop evicting, set dryRun: true`},

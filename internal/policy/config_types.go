@@ -109,6 +109,12 @@ type NotifierSettings struct {
 	// PollInterval of the fast poll of the memory signals wherever no
 	// notifier can be armed. Default 100ms.
 	PollInterval string `json:"pollInterval,omitempty"`
+	// PollIdleInterval is the longest the fast poll waits between two reads
+	// while every watched signal is so far from its thresholds that a ramp
+	// four times the assumed one (4 GiB/s of memory, 40000 PIDs/s) could not
+	// reach one before the next read. Default 1s (at least pollInterval);
+	// equal to pollInterval, the poll never waits longer than pollInterval.
+	PollIdleInterval string `json:"pollIdleInterval,omitempty"`
 }
 
 // PSITriggerSettings configure a PSI trigger ("<type> <stall> <window>").

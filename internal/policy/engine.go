@@ -342,6 +342,8 @@ func expectedReclaim(p *podInfo, s Signal) int64 {
 		return 0
 	case s.Resource() == ResourceMemory:
 		return p.memUsage
+	case s.Resource() == ResourceSwap:
+		return p.swap
 	case s.Resource() == ResourcePIDs:
 		return p.procs
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -93,6 +94,28 @@ func nodeConditions(ts []Threshold) []v1.NodeConditionType {
 		}
 	}
 	return out
+}
+
+// ConditionSignals lists, for each condition, the signals whose thresholds are
+// met now, in registry order: what a condition's message names as its cause.
+func (a *Assessment) ConditionSignals() map[v1.NodeConditionType][]string {
+	out := map[v1.NodeConditionType][]string{}
+	for _, t := range sortedByRegistry(a.Met) {
+		c, name := t.Signal.Condition(), string(t.Signal)
+		if c != "" && !slices.Contains(out[c], name) {
+			out[c] = append(out[c], name)
+		}
+	}
+	return out
+}
+
+func sortedByRegistry(met []ThresholdStatus) []Threshold {
+	ts := make([]Threshold, len(met))
+	for i, m := range met {
+		ts[i] = m.Threshold
+	}
+	sortThresholds(ts)
+	return ts
 }
 
 func hasCondition(cs []v1.NodeConditionType, c v1.NodeConditionType) bool {

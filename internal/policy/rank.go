@@ -23,6 +23,7 @@ type podInfo struct {
 	memReq   int64
 	diskReq  int64 // ephemeral-storage request
 	memUsage int64
+	swap     int64 // memory.swap.current, ranked by for swap.available
 	procs    int64 // tasks (threads included) when measured, else processes
 	tasks    bool
 	disk     int64 // usage on the filesystems the signal ranks by
@@ -190,7 +191,7 @@ func podRequest(pod *v1.Pod, name v1.ResourceName) int64 {
 func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLayout) podInfo {
 	pi := podInfo{pod: pod, priority: podPriority(pod)}
 	switch s.Resource() {
-	case ResourceMemory:
+	case ResourceMemory, ResourceSwap:
 		pi.memReq = podRequest(pod, v1.ResourceMemory)
 	case ResourceEphemeralStorage, ResourceInodes:
 		pi.diskReq = podRequest(pod, v1.ResourceEphemeralStorage)
@@ -203,6 +204,8 @@ func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLay
 	case !pi.hasStats:
 	case s.Resource() == ResourceMemory:
 		pi.hasStats = pi.stats.MemoryWorkingSet != nil
+	case s.Resource() == ResourceSwap:
+		pi.hasStats = pi.stats.MemoryWorkingSet != nil && pi.stats.MemorySwap != nil
 	case s.Resource() == ResourcePIDs:
 		pi.hasStats = pi.stats.Tasks != nil || pi.stats.Processes != nil
 	case s.Resource() == ResourceEphemeralStorage || s.Resource() == ResourceInodes:
@@ -210,6 +213,7 @@ func newPodInfo(pod *v1.Pod, stats PodStatsByUID, s Signal, layout FilesystemLay
 	}
 	if pi.hasStats {
 		pi.memUsage = val(pi.stats.MemoryWorkingSet)
+		pi.swap = val(pi.stats.MemorySwap)
 		pi.procs = val(pi.stats.Processes)
 		if pi.stats.Tasks != nil {
 			pi.procs, pi.tasks = *pi.stats.Tasks, true
@@ -259,7 +263,18 @@ var (
 	byPriority           = func(a, b *podInfo) int { return cmpInt(int64(a.priority), int64(b.priority)) }
 	byMemory             = withStats(func(a, b *podInfo) int { return cmpInt(b.memUsage-b.memReq, a.memUsage-a.memReq) })
 	byProcess            = withStats(func(a, b *podInfo) int { return cmpInt(b.procs, a.procs) })
+
+	// For swap.available: a pod that holds no swap frees none (under LimitedSwap
+	// BestEffort and Guaranteed pods never swap), then the memory keys with the
+	// pod's swap counted in its usage — working set + swap against the memory
+	// request, which is also what the kubelet sizes a container's swap limit by.
+	holdsSwap              = withStats(func(a, b *podInfo) int { return cmpBool(a.swap > 0, b.swap > 0) })
+	exceedMemSwapRequests  = withStats(func(a, b *podInfo) int { return cmpBool(a.memSwap() > a.memReq, b.memSwap() > b.memReq) })
+	byMemSwapAboveRequests = withStats(func(a, b *podInfo) int { return cmpInt(b.memSwap()-b.memReq, a.memSwap()-a.memReq) })
 )
+
+// memSwap is the pod's memory footprint with its swap counted.
+func (p *podInfo) memSwap() int64 { return p.memUsage + p.swap }
 
 // exceedDiskRequests: for inodes the request is 0, so any usage exceeds.
 func exceedDiskRequests(inodes bool) cmpFunc {
@@ -281,6 +296,8 @@ func rankFuncs(s Signal) []cmpFunc {
 	switch s.Resource() {
 	case ResourceMemory:
 		return []cmpFunc{exceedMemoryRequests, byPriority, byMemory}
+	case ResourceSwap:
+		return []cmpFunc{holdsSwap, exceedMemSwapRequests, byPriority, byMemSwapAboveRequests}
 	case ResourcePIDs:
 		return []cmpFunc{byPriority, byProcess}
 	case ResourceInodes:
@@ -334,6 +351,13 @@ func rankReason(p *podInfo, s Signal, rank, of int) string {
 		}
 		return fmt.Sprintf("%s: %s its memory request (working set %s, request %s), priority %d, %s above request",
 			head, exceeds, fmtBytes(p.memUsage), fmtBytes(p.memReq), p.priority, fmtBytes(p.memUsage-p.memReq))
+	case ResourceSwap:
+		exceeds := "within"
+		if p.memSwap() > p.memReq {
+			exceeds = "exceeds"
+		}
+		return fmt.Sprintf("%s: holds %s of swap; working set + swap %s %s its memory request %s, priority %d, %s above request",
+			head, fmtBytes(p.swap), fmtBytes(p.memSwap()), exceeds, fmtBytes(p.memReq), p.priority, fmtBytes(p.memSwap()-p.memReq))
 	case ResourcePIDs:
 		unit := "processes"
 		if p.tasks {
@@ -385,7 +409,10 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 		fmt.Fprintf(&b, "Threshold quantity: %s, available: %s. ", thresholdText(t, o.Capacity), FormatValue(t.Signal, o.Available))
 	}
 	var names, usages []string
-	if res == ResourceMemory || res == ResourceEphemeralStorage {
+	if res == ResourceSwap {
+		fmt.Fprintf(&b, "Pod was using %s of swap and a working set of %s, memory request %s. ", fmtBytes(p.swap), fmtBytes(p.memUsage), fmtBytes(p.memReq))
+	}
+	if res == ResourceMemory || res == ResourceSwap || res == ResourceEphemeralStorage {
 		reqName := v1.ResourceMemory
 		if res == ResourceEphemeralStorage {
 			reqName = v1.ResourceEphemeralStorage
@@ -398,14 +425,14 @@ func evictionMessage(p *podInfo, t Threshold, o Observation) (string, map[string
 			}
 			var usage int64
 			var known bool
-			if res == ResourceMemory {
+			if res != ResourceEphemeralStorage {
 				usage, known = val(cs.MemoryWorkingSet), cs.MemoryWorkingSet != nil
 			} else {
 				usage, known = val(cs.RootfsBytes)+val(cs.LogsBytes), cs.RootfsBytes != nil || cs.LogsBytes != nil
 			}
 			req := c.Resources.Requests[reqName]
 			if known && usage > req.Value() {
-				fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of %s. ", c.Name, fmtBytes(usage), req.String(), res)
+				fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of %s. ", c.Name, fmtBytes(usage), req.String(), reqName)
 				names = append(names, c.Name)
 				usages = append(usages, fmtBytes(usage))
 			}

@@ -123,7 +123,7 @@ func (v ThresholdValue) Explain(s Signal, raw string, capacity int64) string {
 // person reads it ("204.8Mi", not "214748364").
 func approxValue(s Signal, v int64) string {
 	exact := FormatValue(s, v)
-	if s.Resource() != ResourceMemory && s.Resource() != ResourceEphemeralStorage || v < 1<<20 || v%(1<<20) == 0 {
+	if !s.InBytes() || v < 1<<20 || v%(1<<20) == 0 {
 		return exact
 	}
 	f, unit := float64(v)/(1<<20), "Mi"

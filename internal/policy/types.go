@@ -30,6 +30,17 @@ const (
 	SignalPIDAvailable               Signal = "pid.available"
 )
 
+// SignalSwapAvailable is the node's free swap (/proc/meminfo SwapFree, capacity
+// SwapTotal), which the kubelet lacks: with swap on (LimitedSwap) a node can
+// thrash in swap while memory.available looks fine. A node without swap has no
+// observation of it at all, so a threshold on it never evicts there.
+//
+// Memory+swap pressure has no signal of its own: the time tasks wait on
+// swap-ins of their working set is memory stall, which the memory PSI signals
+// (memory.pressure.*) already measure, and RAM and swap both short is
+// memory.available and swap.available met together.
+const SignalSwapAvailable Signal = "swap.available"
+
 // Pressure stall information signals, which the kubelet lacks. Their names are
 // <scope>.pressure.<some|full>.<avg10|avg60|avg300>: "memory" is the node
 // (/proc/pressure/memory), "allocatableMemory" the kubepods cgroup's
@@ -68,6 +79,9 @@ const (
 	ResourceEphemeralStorage Resource = "ephemeral-storage"
 	ResourceInodes           Resource = "inodes"
 	ResourcePIDs             Resource = "pids"
+	// ResourceSwap is the node's swap space; its shortage is memory pressure
+	// (MemoryPressure), its victims ranked by memory and swap together.
+	ResourceSwap Resource = "swap"
 )
 
 // signalInfo is the registry entry of a signal (the kubelet's
@@ -88,6 +102,7 @@ var signals = map[Signal]signalInfo{
 	SignalContainerFsAvailable:       {ResourceEphemeralStorage, v1.NodeDiskPressure, false},
 	SignalContainerFsInodesFree:      {ResourceInodes, v1.NodeDiskPressure, false},
 	SignalPIDAvailable:               {ResourcePIDs, v1.NodePIDPressure, false},
+	SignalSwapAvailable:              {ResourceSwap, v1.NodeMemoryPressure, false},
 
 	SignalMemoryPSISomeAvg10:             {ResourceMemory, v1.NodeMemoryPressure, true},
 	SignalMemoryPSISomeAvg60:             {ResourceMemory, v1.NodeMemoryPressure, true},
@@ -115,13 +130,55 @@ func (s Signal) Condition() v1.NodeConditionType { return signals[s].condition }
 // IsPSI reports whether the signal is a pressure stall signal (operator ">").
 func (s Signal) IsPSI() bool { return signals[s].psi }
 
+// InBytes reports whether the signal's observations and thresholds are byte
+// amounts (memory, swap, disk space), not counts or stall percentages.
+func (s Signal) InBytes() bool { return s.Unit() == UnitBytes }
+
 // IsMemory reports whether the signal is about memory.
 func (s Signal) IsMemory() bool { return signals[s].resource == ResourceMemory }
+
+// Unit is the base unit a signal's amounts are exported in (Prometheus'
+// naming: one unit per metric family, named by its suffix).
+type Unit string
+
+const (
+	UnitBytes  Unit = "bytes"
+	UnitInodes Unit = "inodes"
+	UnitPIDs   Unit = "pids"
+	// UnitStallRatio is a PSI signal's share of time stalled, 0 to 1: its
+	// PSIScale headroom is internal to the engine.
+	UnitStallRatio Unit = "ratio"
+)
+
+// resourceUnits: every non-PSI signal's unit follows from its resource.
+var resourceUnits = map[Resource]Unit{
+	ResourceMemory: UnitBytes, ResourceSwap: UnitBytes, ResourceEphemeralStorage: UnitBytes, ResourceInodes: UnitInodes, ResourcePIDs: UnitPIDs,
+}
+
+// Unit is the unit the signal is exported in; "" for an unknown signal.
+func (s Signal) Unit() Unit {
+	if s.IsPSI() {
+		return UnitStallRatio
+	}
+	return resourceUnits[s.Resource()]
+}
+
+// InUnit converts an amount of the signal as the engine carries it (an
+// observation's Available, a resolved threshold) to its Unit: a PSI
+// headroom becomes the stalled share, (PSIScale - v) / PSIScale; other
+// amounts are already bytes, inodes or PIDs.
+func (s Signal) InUnit(v int64) float64 {
+	if s.IsPSI() {
+		return float64(PSIScale-v) / PSIScale
+	}
+	return float64(v)
+}
 
 // Signals lists every known signal, kubelet signals first, in a fixed order.
 func Signals() []Signal {
 	out := []Signal{
 		SignalMemoryAvailable, SignalAllocatableMemoryAvailable,
+		SignalSwapAvailable,
 		SignalNodeFsAvailable, SignalNodeFsInodesFree,
 		SignalImageFsAvailable, SignalImageFsInodesFree,
 		SignalContainerFsAvailable, SignalContainerFsInodesFree,
@@ -182,6 +239,9 @@ type VolumeStats struct {
 // missing first, and so does evictiond.
 type PodStats struct {
 	MemoryWorkingSet *int64
+	// MemorySwap is the pod's swap use (cgroup v2 memory.swap.current of the
+	// pod cgroup); nil where swap is not accounted (cgroup v1, swapaccount=0).
+	MemorySwap *int64
 	// MemoryFile is the pod's page cache (cgroup v2 memory.stat file, v1
 	// total_cache): what memory.reclaim can take without swap.
 	MemoryFile *int64

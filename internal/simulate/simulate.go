@@ -98,6 +98,9 @@ func (v *Value) UnmarshalJSON(b []byte) error {
 // PodStatsIn is a pod's usage.
 type PodStatsIn struct {
 	MemoryWorkingSet Value `json:"memoryWorkingSet,omitempty"`
+	// MemorySwap is the pod's swap use (cgroup v2 memory.swap.current), what
+	// swap.available ranks by with the working set.
+	MemorySwap Value `json:"memorySwap,omitempty"`
 	// MemoryFile is the pod's page cache: what reclaim before evict
 	// (memoryReclaim) can take back.
 	MemoryFile Value `json:"memoryFile,omitempty"`
@@ -709,6 +712,9 @@ func parsePodStats(field string, in PodStatsIn, now time.Time) (policy.PodStats,
 	ps := policy.PodStats{Time: now, Processes: in.Processes, Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
 	var err error
 	if ps.MemoryWorkingSet, err = optQuantity(field+".memoryWorkingSet", in.MemoryWorkingSet); err != nil {
+		return ps, err
+	}
+	if ps.MemorySwap, err = optQuantity(field+".memorySwap", in.MemorySwap); err != nil {
 		return ps, err
 	}
 	if ps.MemoryFile, err = optQuantity(field+".memoryFile", in.MemoryFile); err != nil {

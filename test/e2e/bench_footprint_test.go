@@ -97,6 +97,16 @@ func TestBenchFootprint(t *testing.T) {
 			t.Fatalf("%s: %v", p.name, err)
 		}
 	}
+	if out := os.Getenv("FOOTPRINT_PERF"); out != "" {
+		// perf record of evictiond over the window, for where its CPU goes (symbols: go tool
+		// addr2line on an unstripped build of the same tree, see docs/benchmarks.md).
+		rec := exec.Command("perf", "record", "-F", "499", "-g", "-p", strconv.Itoa(agentPid), "-o", out, "--", "sleep", strconv.Itoa(int(window.Seconds())))
+		rec.Stdout, rec.Stderr = io.Discard, io.Discard
+		if err := rec.Start(); err != nil {
+			t.Fatalf("FOOTPRINT_PERF: %v", err)
+		}
+		defer func() { _ = rec.Wait() }()
+	}
 	begin := time.Now()
 	lastScrape := begin
 	for time.Since(begin) < window {
@@ -131,6 +141,7 @@ func TestBenchFootprint(t *testing.T) {
 		fmt.Printf("footprint: %-13s RSS %5.1f MiB (max %5.1f MiB), CPU %5.2f %% of a core\n", p.name,
 			float64(p.rssEnd)/(1<<20), float64(p.rssMax)/(1<<20), p.cpuPercent)
 	}
+	fmt.Printf("footprint: evictiond memory at the end: %s\n", memoryBreakdown(t, c, agentPid))
 	if n := after.count - before.count; n > 0 {
 		fmt.Printf("footprint: evictiond passes %d in the window, mean %.2f ms (evictiond_pass_duration_seconds)\n",
 			int(n), 1000*(after.sum-before.sum)/n)
@@ -280,6 +291,41 @@ func scrapePasses(t *testing.T, c *cluster.Cluster) passes {
 		t.Fatal("evictiond's /metrics has no evictiond_pass_duration_seconds_sum and _count")
 	}
 	return p
+}
+
+// memoryBreakdown says what evictiond's resident memory is: anonymous and file-backed
+// (the binary's pages) from /proc/<pid>/smaps_rollup, and the Go runtime's heap in use,
+// heap held but unused (not yet returned to the kernel) and stacks, from its /metrics.
+func memoryBreakdown(t *testing.T, c *cluster.Cluster, pid int) string {
+	t.Helper()
+	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kib := map[string]float64{}
+	for _, line := range strings.Split(string(rollup), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == "kB" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			kib[strings.TrimSuffix(f[0], ":")] = v
+		}
+	}
+	text, err := c.EvictiondMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if ok && strings.HasPrefix(name, "go_memstats_") {
+			gauge[name], _ = strconv.ParseFloat(strings.TrimSpace(value), 64)
+		}
+	}
+	const mib = 1 << 20
+	return fmt.Sprintf("anonymous %.1f MiB, file %.1f MiB; Go heap in use %.1f MiB, heap idle not released %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB",
+		kib["Anonymous"]/1024, (kib["Rss"]-kib["Anonymous"])/1024, gauge["go_memstats_heap_inuse_bytes"]/mib,
+		(gauge["go_memstats_heap_idle_bytes"]-gauge["go_memstats_heap_released_bytes"])/mib, gauge["go_memstats_stack_inuse_bytes"]/mib,
+		gauge["go_memstats_sys_bytes"]/mib)
 }
 
 // agentRestarts is the restart count of evictiond's container.

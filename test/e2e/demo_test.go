@@ -76,7 +76,7 @@ func TestDemo(t *testing.T) {
 			}
 		}
 	}
-	if lines, err := evictiondMetrics(c, "evictiond_evictions_total", "evictiond_threshold_met{kind=\"hard\",signal=\"allocatableMemory.available\"}", "evictiond_signal_available{signal=\"allocatableMemory.available\"}", "evictiond_loop_wakeups_total"); err == nil {
+	if lines, err := evictiondMetrics(c, "evictiond_evictions_total", "evictiond_threshold_met{kind=\"hard\",signal=\"allocatableMemory.available\"}", "evictiond_signal_available_bytes{signal=\"allocatableMemory.available\"}", "evictiond_loop_wakeups_total"); err == nil {
 		say("evictiond's metrics (https://<node>:9809/metrics, scraped with a ServiceAccount token):")
 		for _, l := range lines {
 			say("  %s", l)

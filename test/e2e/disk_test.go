@@ -84,7 +84,7 @@ func testDiskPressure(t *testing.T, c *cluster.Cluster) {
 		t.Fatalf("could not set the disk thresholds in the e2e config:\n%s", edited)
 	}
 	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="nodefs.available"}`, float64(threshold>>20<<20))
+	waitConfigApplied(t, c, `evictiond_threshold_bytes{kind="hard",signal="nodefs.available"}`, float64(threshold>>20<<20))
 
 	bystander := podOnNode(ns, "bystander", workloadContainer("idle", nil, resources("cpu", "10m", "memory", "16Mi"), nil))
 	filler := podOnNode(ns, "filler", workloadContainer("diskfill", []string{"-dir=/scratch", "-rate-mib=150", "-target-mib=6144"},

@@ -5,6 +5,9 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,22 +23,63 @@ import (
 )
 
 // TestEvictiond boots a cluster, deploys evictiond from deploy/ through the e2e overlay, and
-// runs the scenarios against it.
+// runs the scenarios against it. Each scenario passes alone (-run '^TestEvictiond$/^PDB$')
+// and after any other: E2E_SHUFFLE=<seed> runs them in an order drawn from the seed (the
+// order is logged), so an order dependency shows up as a failure with a seed to replay it.
 func TestEvictiond(t *testing.T) {
 	// The audit log is how the scenarios see which requests reached the API server.
 	c, _ := clusterWithEvictiond(t, cluster.Options{AuditLog: true}, cluster.DeployOptions{ExtraArgs: traceArgs})
 	createNamespace(t, c.Client, unevictableNamespace)
 
-	t.Run("EvictionsHeldToTheAgentsNode", func(t *testing.T) { testEvictionsHeldToTheAgentsNode(t, c) })
-	t.Run("HostWritesRefused", func(t *testing.T) { testHostWritesRefused(t, c) })
-	t.Run("MemoryHogEvictedBeforeOOMKill", func(t *testing.T) { testMemoryHogEvictedBeforeOOMKill(t, c) })
-	t.Run("PrometheusSeesTheEviction", func(t *testing.T) { testPrometheusSeesTheEviction(t, c) })
-	t.Run("PDB", func(t *testing.T) { testPDB(t, c) })
-	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, c) })
-	t.Run("NodeStatusUnderPressure", func(t *testing.T) { testNodeStatusUnderPressure(t, c) })
-	t.Run("HotReload", func(t *testing.T) { testHotReload(t, c) })
-	// Last: it garbage-collects images.
-	t.Run("DiskPressure", func(t *testing.T) { testDiskPressure(t, c) })
+	runScenarios(t, c, []scenario{
+		{"EvictionsHeldToTheAgentsNode", testEvictionsHeldToTheAgentsNode},
+		{"HostWritesRefused", testHostWritesRefused},
+		{"MemoryHogEvictedBeforeOOMKill", testMemoryHogEvictedBeforeOOMKill},
+		{"PrometheusSeesTheEviction", testPrometheusSeesTheEviction},
+		{"PDB", testPDB},
+		{"PIDPressure", testPIDPressure},
+		{"NodeStatusUnderPressure", testNodeStatusUnderPressure},
+		{"HotReload", testHotReload},
+		// It garbage-collects the unused images; the scenarios after it in a shuffled
+		// order get them back from EnsureWorkloadImages.
+		{"DiskPressure", testDiskPressure},
+	})
+}
+
+// scenario is one subtest of a test that shares a cluster between scenarios.
+type scenario struct {
+	name string
+	run  func(*testing.T, *cluster.Cluster)
+}
+
+// runScenarios runs each scenario as a subtest on c, in the order given, or in the order
+// E2E_SHUFFLE's seed draws. Each starts with the workload images present.
+func runScenarios(t *testing.T, c *cluster.Cluster, scenarios []scenario) {
+	t.Helper()
+	if seed := os.Getenv("E2E_SHUFFLE"); seed != "" {
+		n, err := strconv.ParseInt(seed, 10, 64)
+		if err != nil {
+			t.Fatalf("E2E_SHUFFLE=%q: want an integer seed", seed)
+		}
+		rand.New(rand.NewPCG(uint64(n), 0)).Shuffle(len(scenarios), func(i, j int) {
+			scenarios[i], scenarios[j] = scenarios[j], scenarios[i]
+		})
+		var names []string
+		for _, s := range scenarios {
+			names = append(names, s.name)
+		}
+		t.Logf("E2E_SHUFFLE=%d: scenario order %s", n, strings.Join(names, ", "))
+	}
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := c.EnsureWorkloadImages(ctx); err != nil {
+				t.Fatalf("importing the workload images again: %v", err)
+			}
+			s.run(t, c)
+		})
+	}
 }
 
 // testMemoryHogEvictedBeforeOOMKill is scenario 1: a Burstable pod ramping memory far beyond

@@ -42,7 +42,7 @@ func testPDB(t *testing.T, c *cluster.Cluster) {
 		t.Fatal("the e2e config has no evictionMinimumReclaim section to insert the soft threshold before")
 	}
 	setEvictiondConfig(t, c, soft)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="soft",signal="allocatableMemory.available"}`, 1100<<20)
+	waitConfigApplied(t, c, `evictiond_threshold_bytes{kind="soft",signal="allocatableMemory.available"}`, 1100<<20)
 
 	minAvailable := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{

@@ -71,7 +71,7 @@ func testPIDPressure(t *testing.T, c *cluster.Cluster) {
 	// evictiond must see the node's PID capacity. On kernels 6.14 and later kernel.pid_max is
 	// per PID namespace: a container without hostPID reads its own namespace's (4194304 by
 	// default), not the node's.
-	if lines, err := evictiondMetrics(c, `evictiond_signal_capacity{signal="pid.available"}`); err != nil || len(lines) != 1 {
+	if lines, err := evictiondMetrics(c, `evictiond_signal_capacity_pids{signal="pid.available"}`); err != nil || len(lines) != 1 {
 		t.Fatalf("reading evictiond's pid.available capacity: %v %v", lines, err)
 	} else if got, want := lines[0][strings.LastIndex(lines[0], " ")+1:], strconv.FormatInt(pidCapacity(t), 10); got != want {
 		t.Fatalf("evictiond's pid.available capacity is %s, the node's is min(kernel.pid_max, kernel.threads-max) = %s: "+
@@ -112,7 +112,7 @@ func setPIDThresholdForHog(t *testing.T, c *cluster.Cluster, original string) {
 		t.Fatal("the e2e config has no `pid.available: 2%` hard threshold to replace")
 	}
 	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="pid.available"}`, float64(threshold))
+	waitConfigApplied(t, c, `evictiond_threshold_pids{kind="hard",signal="pid.available"}`, float64(threshold))
 }
 
 // pidHog is a pod starting 3000 threads, 1000 a second.

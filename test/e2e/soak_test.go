@@ -374,7 +374,7 @@ func soakDiskEpisode(t *testing.T, c *cluster.Cluster, original string, i int) {
 		t.Fatalf("could not set the disk thresholds in the e2e config:\n%s", edited)
 	}
 	setEvictiondConfig(t, c, edited)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="nodefs.available"}`, float64(threshold>>20<<20))
+	waitConfigApplied(t, c, `evictiond_threshold_bytes{kind="hard",signal="nodefs.available"}`, float64(threshold>>20<<20))
 	filler := podOnNode(ns, "filler", workloadContainer("diskfill", []string{"-dir=/scratch", "-rate-mib=150", "-target-mib=4096"},
 		resources("cpu", "100m", "memory", "64Mi"), nil))
 	filler.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
@@ -386,7 +386,7 @@ func soakDiskEpisode(t *testing.T, c *cluster.Cluster, original string, i int) {
 	waitPodGone(t, c, ns, "filler", created.UID, 3*time.Minute)
 	soakEvictedByEvictiond(t, c, ns, "filler")
 	setEvictiondConfig(t, c, original)
-	waitConfigApplied(t, c, `evictiond_threshold{kind="hard",signal="nodefs.available"}`, -1)
+	waitConfigApplied(t, c, `evictiond_threshold_bytes{kind="hard",signal="nodefs.available"}`, -1)
 }
 
 // soakPIDEpisode: pid.available threshold 1500 below today's availability, a

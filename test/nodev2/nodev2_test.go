@@ -73,6 +73,7 @@ func TestNodeV2(t *testing.T) {
 	t.Run("ReclaimBeforeEvict", func(t *testing.T) { testReclaimBeforeEvict(t, n) })
 	t.Run("SelfInflictedPressure", func(t *testing.T) { testSelfInflictedPressure(t, n) })
 	t.Run("HugepagesCountAsUsed", func(t *testing.T) { testHugepages(t, n) })
+	t.Run("SwapPressure", func(t *testing.T) { testSwapPressure(t, n) }) // last: leaves the kubelet on LimitedSwap
 }
 
 // testNode checks the node is what users run: systemd as PID 1, cgroup v2 only, containerd

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -274,6 +275,13 @@ func (n *node) setKubeletEviction(t *testing.T, extra map[string]string) {
 	for k, v := range extra {
 		cfg.EvictionHard[k] = v
 	}
+	n.restartKubelet(t, cfg)
+}
+
+// restartKubelet restarts the kubelet with cfg and waits until the Node reports Ready
+// again after the restart.
+func (n *node) restartKubelet(t *testing.T, cfg kubeletv1beta1.KubeletConfiguration) {
+	t.Helper()
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)

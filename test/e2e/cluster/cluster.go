@@ -43,6 +43,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/testenv/apiserver"
 	"github.com/evictiond/evictiond/internal/testenv/containerd"
+	"github.com/evictiond/evictiond/internal/testenv/images"
 	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
@@ -128,12 +129,13 @@ type Cluster struct {
 	// has --record-trace), in StateDir.
 	RecordsTrace bool
 
-	opts        Options
-	host        *hostState
-	kubelet     *proc.Process
-	scheduler   *proc.Process
-	controllers *proc.Process
-	scraper     scraper
+	opts           Options
+	workloadImages []images.Spec
+	host           *hostState
+	kubelet        *proc.Process
+	scheduler      *proc.Process
+	controllers    *proc.Process
+	scraper        scraper
 }
 
 // Start boots the cluster and waits until the Node is Ready. It fails the test with the
@@ -217,9 +219,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
 	defer cancel()
-	if err := importImages(ctx, c.Containerd, filepath.Join(dir, "workloads")); err != nil {
+	workloadImages, err := importImages(ctx, c.Containerd, filepath.Join(dir, "workloads"))
+	if err != nil {
 		t.Fatalf("importing the pause and workload images: %v", err)
 	}
+	c.workloadImages = workloadImages
 
 	if err := collectAPI(); err != nil {
 		t.Fatalf("starting the control plane: %v", err)

@@ -71,16 +71,16 @@ func buildWorkloads(ctx context.Context, outDir string) (map[string]string, erro
 
 // importImages builds the pause image and one image per workload and imports them into
 // the cluster's containerd (the pause image under its sandbox tag, reported pinned).
-func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir string) error {
+func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir string) ([]images.Spec, error) {
 	bins, err := buildWorkloads(ctx, workDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var specs []images.Spec
 	for _, w := range Workloads {
 		data, err := os.ReadFile(bins[w])
 		if err != nil {
-			return fmt.Errorf("reading built workload %s: %w", w, err)
+			return nil, fmt.Errorf("reading built workload %s: %w", w, err)
 		}
 		specs = append(specs, images.Spec{
 			Ref:        WorkloadImage(w),
@@ -96,6 +96,21 @@ func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir stri
 	for _, spec := range specs {
 		g.Go(func() error {
 			_, err := images.Import(gctx, ctrd.Socket, containerd.CRINamespace, spec)
+			return err
+		})
+	}
+	return specs, g.Wait()
+}
+
+// EnsureWorkloadImages imports the workload images again. A scenario that lets evictiond
+// garbage-collect images (DiskPressure) removes the unused ones, so every scenario calls
+// this first and passes whichever scenarios ran before it, in any order. Importing an image
+// that is still there rewrites nothing but its record.
+func (c *Cluster) EnsureWorkloadImages(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, spec := range c.workloadImages {
+		g.Go(func() error {
+			_, err := images.Import(gctx, c.Containerd.Socket, containerd.CRINamespace, spec)
 			return err
 		})
 	}
