@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/evictiond/evictiond/internal/confine"
 	"github.com/evictiond/evictiond/internal/version"
 )
 
@@ -36,6 +37,7 @@ var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
 }
 
 func main() {
+	selfConfine = confine.Apply
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 

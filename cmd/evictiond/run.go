@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/evictiond/evictiond/internal/confine"
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/version"
 )
@@ -32,7 +33,14 @@ Environment:
 type runFlags struct {
 	daemon.ProcessOptions
 	log logFlags
+	// requireConfinement stops the agent when a confinement that applies to
+	// the node cannot be put in force.
+	requireConfinement bool
 }
+
+// selfConfine confines the process (internal/confine); main sets it, so that
+// tests running the command in their own process are not confined by it.
+var selfConfine func(cgroupMount string) confine.Report
 
 // parseRunFlags returns the flags, or the exit code when the command line
 // does not run the agent (help: 0, usage error: 2, reported on stderr).
@@ -49,6 +57,7 @@ func parseRunFlags(args []string, stdout, stderr io.Writer) (*runFlags, int, boo
 	fs.BoolVar(&f.LegacySignalMetrics, "legacy-signal-metrics", false, "also export evictiond_signal_available, evictiond_signal_capacity and evictiond_threshold, which mix units and are replaced by families of one unit (docs/metrics.md); deprecated, removed in the next release")
 	fs.StringVar(&f.RecordTrace, "record-trace", "", "write the node's readings and the loop's decisions to this file, for `evictiond simulate --trace` (docs/simulate.md); off when empty")
 	fs.Int64Var(&f.RecordTraceMaxBytes, "record-trace-max-bytes", daemon.DefaultTraceMaxBytes, "stop recording the trace past this size")
+	fs.BoolVar(&f.requireConfinement, "require-confinement", false, "stop at start when the agent cannot confine itself (the seccomp filter refusing open_by_handle_at; CAP_KILL dropped on cgroup v2); by default it logs the failure, sets evictiond_confinement 0 and runs (docs/security.md)")
 	f.log.addFlags(fs, "json")
 	debug := fs.Bool("debug", false, "log at debug level (-v=4)")
 	_ = fs.MarkDeprecated("debug", "use -v=4")
@@ -84,6 +93,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	klog.SetSlogLogger(log) // client-go and cAdvisor log through klog
 	v := version.Get()
 	log.Info("evictiond starting", "version", v.Version, "revision", v.Revision, "goVersion", v.GoVersion, "config", f.ConfigPath)
+	// Before any input is read: configuration, API objects, node files.
+	if selfConfine != nil {
+		f.Confinement = selfConfine(f.Node.CgroupMount())
+		if !logConfinement(log, f.Confinement) && f.requireConfinement {
+			log.Error("evictiond stopped: --require-confinement and the agent could not confine itself", "err", f.Confinement.Err())
+			return exitFailure
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -100,4 +117,20 @@ func runDaemon(ctx context.Context, f *runFlags, log *slog.Logger) error {
 	o := f.ProcessOptions
 	o.Logger = log
 	return daemon.RunProcess(ctx, o)
+}
+
+// logConfinement logs each control's outcome, a failure at error level, and
+// says whether every control that applies is in force.
+func logConfinement(log *slog.Logger, r confine.Report) bool {
+	for _, o := range r {
+		switch {
+		case o.Failed():
+			log.Error("confinement failed: the agent runs without it", "control", string(o.Control), "err", o.Err)
+		case o.Applied:
+			log.Info("confinement applied", "control", string(o.Control), "detail", o.Detail)
+		default:
+			log.Info("confinement not applicable", "control", string(o.Control), "detail", o.Detail)
+		}
+	}
+	return r.Err() == nil
 }

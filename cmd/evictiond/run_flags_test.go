@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/evictiond/evictiond/internal/confine"
 	"github.com/evictiond/evictiond/internal/monitor"
 )
 
@@ -56,6 +58,45 @@ func TestRunFlagsDebugIsADeprecatedVerbosity(t *testing.T) {
 	f, _, ok := parseRunFlags([]string{"--node-name=n1", "--debug"}, io.Discard, &stderr)
 	if !ok || f.log.verbosity != 4 || !strings.Contains(stderr.String(), "--debug has been deprecated, use -v=4") {
 		t.Fatalf("ok %v, verbosity %d, stderr %q", ok, f.log.verbosity, stderr.String())
+	}
+}
+
+// The confinement runs first, before the configuration is read; a failure is
+// logged and the agent goes on, unless --require-confinement.
+func TestRunConfinesBeforeReadingInputAndRequireConfinementStops(t *testing.T) {
+	var mounts []string
+	selfConfine = func(mount string) confine.Report {
+		mounts = append(mounts, mount)
+		return confine.Report{{Control: confine.Seccomp, Err: errors.New("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): invalid argument")},
+			{Control: confine.CapKill, Detail: "CAP_KILL kept: not cgroup v2"}}
+	}
+	t.Cleanup(func() { selfConfine = nil })
+	args := []string{"--node-name", "n1", "--config", "/nonexistent/config.yaml", "--host-root", "/h", "--log-format", "text"}
+
+	var stderr bytes.Buffer
+	if code := runRun(args, io.Discard, &stderr); code != exitFailure {
+		t.Errorf("exit %d, want %d (the missing configuration)", code, exitFailure)
+	}
+	log := stderr.String()
+	for _, want := range []string{`level=ERROR msg="confinement failed: the agent runs without it" node=n1 control=seccomp err="seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): invalid argument"`,
+		`msg="confinement not applicable" node=n1 control=cap_kill detail="CAP_KILL kept: not cgroup v2"`, "reading configuration /nonexistent/config.yaml"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Index(log, "confinement failed") > strings.Index(log, "reading configuration") {
+		t.Errorf("the configuration was read before the confinement:\n%s", log)
+	}
+	if len(mounts) != 1 || mounts[0] != "/h/sys/fs/cgroup" {
+		t.Errorf("confined with cgroup mounts %q, want [/h/sys/fs/cgroup]", mounts)
+	}
+
+	stderr.Reset()
+	if code := runRun(append(args, "--require-confinement"), io.Discard, &stderr); code != exitFailure {
+		t.Errorf("--require-confinement: exit %d, want %d", code, exitFailure)
+	}
+	if log := stderr.String(); !strings.Contains(log, "--require-confinement and the agent could not confine itself") || strings.Contains(log, "reading configuration") {
+		t.Errorf("--require-confinement: want a stop before the configuration is read:\n%s", log)
 	}
 }
 

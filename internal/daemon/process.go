@@ -17,6 +17,7 @@ import (
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/configfile"
+	"github.com/evictiond/evictiond/internal/confine"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/metricsserver"
@@ -49,6 +50,10 @@ type ProcessOptions struct {
 	RecordTrace         string
 	RecordTraceMaxBytes int64
 	Logger              *slog.Logger
+	// Confinement is what the process did to confine itself before it
+	// started (internal/confine), exported as evictiond_confinement; empty:
+	// not confined (the daemon embedded in another process).
+	Confinement confine.Report
 }
 
 // DefaultTraceMaxBytes bounds a trace recording (--record-trace-max-bytes).
@@ -90,6 +95,15 @@ func RunProcess(ctx context.Context, o ProcessOptions) error {
 		log.Warn("configuration warning", "warning", w)
 	}
 	m := metrics.NewWithOptions(metrics.Options{LegacySignalFamilies: o.LegacySignalMetrics})
+	for _, c := range confine.Controls {
+		in := 0.0
+		for _, r := range o.Confinement {
+			if r.Control == c && r.Applied {
+				in = 1
+			}
+		}
+		m.Confinement.WithLabelValues(string(c)).Set(in)
+	}
 
 	restCfg, err := RestConfig(o.Kubeconfig)
 	if err != nil {

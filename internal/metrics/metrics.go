@@ -58,6 +58,8 @@ type Metrics struct {
 	ConfigLastReloadTime       prometheus.Gauge
 
 	BuildInfo prometheus.Gauge
+	// Confinement is 1 per control (internal/confine) in force.
+	Confinement *prometheus.GaugeVec
 }
 
 // Options change what New exports.
@@ -139,6 +141,8 @@ func NewWithOptions(o Options) *Metrics {
 		BuildInfo: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
 			Help:        "1, labelled with the version, the commit and the Go version the agent was built from (evictiond version).",
 			ConstLabels: buildLabels(version.Get())}),
+		Confinement: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "confinement",
+			Help: "1 when the agent's self-confinement control is in force on every thread (seccomp: open_by_handle_at and name_to_handle_at refused; cap_kill: CAP_KILL dropped, cgroup v2 only), 0 when not (failed, or not applicable: the start-up log says which)."}, []string{"control"}),
 	}
 	for _, f := range m.signals {
 		r.MustRegister(f.collectors()...)
@@ -152,7 +156,7 @@ func NewWithOptions(o Options) *Metrics {
 		m.PodMemoryLivelocked, m.PodMemoryLivelocksTotal, m.PodMemoryLivelockRestarts, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
 		m.LoopEvictions, m.LoopWorkloads,
-		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime, m.BuildInfo,
+		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime, m.BuildInfo, m.Confinement,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	m.BuildInfo.Set(1)
 	return m

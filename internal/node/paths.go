@@ -41,6 +41,12 @@ func (p Paths) Validate() error {
 	return err
 }
 
+// CgroupMount is the host's cgroup mount as the process sees it (under
+// --host-root), where the cgroup version is read.
+func (p Paths) CgroupMount() string {
+	return nodefs.HostPath(p.HostRoot, "/sys/fs/cgroup")
+}
+
 // DetectRuntime is the CRI socket to use: configured when set, else the one
 // found on the node (the kubelet config's containerRuntimeEndpoint, then the
 // runtimes' usual sockets); monitor.DetectRuntimeEndpoint says how.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -33,6 +34,7 @@ func testHostWritesRefused(t *testing.T, c *cluster.Cluster) {
 	for _, f := range res.Failures() {
 		t.Error(f)
 	}
+	t.Run("AgentConfinesItself", func(t *testing.T) { testAgentConfinesItself(t, c, string(pod.UID), res) })
 	for _, p := range res.Absent() {
 		// This machine's kernel may lack SysRq (CONFIG_MAGIC_SYSRQ off): the node tier's
 		// kernel has it and proves that refusal (test/nodev2 HostWritesRefused).
@@ -53,5 +55,48 @@ func testHostWritesRefused(t *testing.T, c *cluster.Cluster) {
 	}
 	if !strings.Contains(string(agentLog), `"msg":"PSI trigger armed"`) || !strings.Contains(string(agentLog), `"file":"/proc/pressure/memory"`) {
 		t.Errorf("the agent's log has no PSI trigger armed on /proc/pressure/memory")
+	}
+}
+
+// testAgentConfinesItself checks, from the host, what the running agent did to itself at start
+// (internal/confine) under the shipped security context: each of its threads carries one
+// seccomp filter more than the probe, a container with the same security context
+// (RuntimeDefault), so open_by_handle_at is refused to it (what the filter refuses is proven
+// by internal/confine's tests); on this cgroup v1 node it keeps CAP_KILL (the brake kills with
+// kill(2)); both say so on /metrics and in its log.
+func testAgentConfinesItself(t *testing.T, c *cluster.Cluster, podUID string, probe hostprobe.Result) {
+	out, err := exec.Command("sh", "-c", hostprobe.AgentThreadsScript(podUID)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("reading the agent's threads: %v\n%s", err, out)
+	}
+	summary, failures, err := hostprobe.CheckConfinement(probe, string(out), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(summary)
+	for _, f := range failures {
+		t.Error(f)
+	}
+	page, err := c.EvictiondMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`evictiond_confinement{control="seccomp"} 1`, `evictiond_confinement{control="cap_kill"} 0`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	logPath, err := c.EvictiondLogPath(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentLog, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{{`"msg":"confinement applied"`, `"control":"seccomp"`}, {`"msg":"confinement not applicable"`, `"control":"cap_kill"`, `"detail":"CAP_KILL kept: `}} {
+		if !hostprobe.LogHasLine(string(agentLog), want...) {
+			t.Errorf("the agent's log has no line with %q", want)
+		}
 	}
 }

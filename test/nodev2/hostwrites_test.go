@@ -27,4 +27,27 @@ func testHostWritesRefused(t *testing.T, n *node) {
 	for _, p := range res.Absent() {
 		t.Errorf("%s: absent on the node", p)
 	}
+	t.Run("AgentConfinesItself", func(t *testing.T) { testAgentConfinesItself(t, n, string(pod.UID), res) })
+}
+
+// testAgentConfinesItself checks, in the guest, what the running agent did to itself at start
+// (internal/confine) on this cgroup v2 node: every thread carries one seccomp filter more than
+// the probe (a container with the same security context, RuntimeDefault), and none holds
+// CAP_KILL in its effective, permitted or inheritable set (the brake kills through cgroup.kill:
+// BrakeFreezesAndKills, whose hog runs as another user, proves it still does).
+func testAgentConfinesItself(t *testing.T, n *node, podUID string, probe hostprobe.Result) {
+	summary, failures, err := hostprobe.CheckConfinement(probe, n.sh(t, hostprobe.AgentThreadsScript(podUID)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(summary)
+	for _, f := range failures {
+		t.Error(f)
+	}
+	agentLog := n.evictiondLog(t, 400)
+	for _, control := range []string{"seccomp", "cap_kill"} {
+		if !hostprobe.LogHasLine(agentLog, `"msg":"confinement applied"`, `"control":"`+control+`"`) {
+			t.Errorf("the agent's log has no \"confinement applied\" line for %s", control)
+		}
+	}
 }

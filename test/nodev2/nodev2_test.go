@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/testenv/vm"
@@ -287,7 +288,11 @@ func testBrake(t *testing.T, n *node) {
 	args := []string{"-rate-mib=4000", "-ignore-sigterm"}
 	h1 := workloadContainer("memhog", "memhog", args, resources("memory", "64Mi"), nil)
 	h2 := workloadContainer("memhog-2", "memhog", args, resources("memory", "64Mi"), nil)
-	hog := n.createPod(t, podOnNode(ns, "hog", h1, h2))
+	// As another user than the agent's: the agent holds no CAP_KILL here (AgentConfinesItself),
+	// so kill(2) of the hog's processes would fail with EPERM and only cgroup.kill can kill it.
+	hogPod := podOnNode(ns, "hog", h1, h2)
+	hogPod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)}
+	hog := n.createPod(t, hogPod)
 	running := n.waitPod(t, ns, "hog", 2*time.Minute, "running", func(p *corev1.Pod) bool { return p.Status.Phase != corev1.PodPending })
 	var ids []string
 	for _, cs := range running.Status.ContainerStatuses {

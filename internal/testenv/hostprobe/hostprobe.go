@@ -7,6 +7,7 @@ package hostprobe
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,7 @@ for p in %s; do
 	if out=$( (: > "$p") 2>&1 ); then echo "writable $p"; else echo "REFUSED $p: $out"; fi
 done
 if [ -w /host/sys/fs/cgroup ]; then echo "writable /host/sys/fs/cgroup"; else echo "REFUSED /host/sys/fs/cgroup"; fi
+echo "self $(grep '^Seccomp_filters:' /proc/self/status)"
 }
 report > /dev/termination-log 2>&1
 `, strings.Join(Refused, " "), strings.Join(Writable, " "))
@@ -60,6 +62,17 @@ func (r Result) Failures() []string {
 		}
 	}
 	return out
+}
+
+// SeccompFilters is how many seccomp filters the probe ran under: the agent container's
+// security context (RuntimeDefault) without the filter the agent adds to itself.
+func (r Result) SeccompFilters() (int, error) {
+	for _, l := range r.Lines {
+		if v, ok := strings.CutPrefix(l, "self Seccomp_filters:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("the probe's report has no Seccomp_filters line (a kernel before 5.9?): %q", r.Lines)
 }
 
 // Absent are the paths this kernel does not have.
