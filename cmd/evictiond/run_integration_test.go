@@ -820,7 +820,9 @@ func checkMetricsPage(t *testing.T, d *runningDaemon) {
 		// Reclaim before evict's (off by default), from its first request.
 		"evictiond_memory_reclaim_bytes_total": true, "evictiond_memory_reclaim_requests_total": true, "evictiond_memory_reclaim_evictions_avoided_total": true,
 		// Eviction loops', by workload kind, from the first loop.
-		"evictiond_eviction_loop_evictions_total": true, "evictiond_eviction_loop_workloads": true}
+		"evictiond_eviction_loop_evictions_total": true, "evictiond_eviction_loop_workloads": true,
+		// Livelock restarts' (livelock.restart, off by default), by action and outcome, from the first.
+		"evictiond_pod_memory_livelock_restarts_total": true}
 	for _, name := range documented {
 		if !families[name] && !onFirstEvent[name] {
 			t.Errorf("metric family %s is documented in docs/metrics.md but not exposed", name)
