@@ -93,13 +93,20 @@ func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir stri
 		_, err := ctrd.ImportSandboxImage(gctx)
 		return err
 	})
+	g.Go(func() error { return importSpecs(gctx, ctrd, specs) })
+	return specs, g.Wait()
+}
+
+// importSpecs imports the images of specs into ctrd's CRI namespace, in parallel.
+func importSpecs(ctx context.Context, ctrd *containerd.Containerd, specs []images.Spec) error {
+	g, gctx := errgroup.WithContext(ctx)
 	for _, spec := range specs {
 		g.Go(func() error {
 			_, err := images.Import(gctx, ctrd.Socket, containerd.CRINamespace, spec)
 			return err
 		})
 	}
-	return specs, g.Wait()
+	return g.Wait()
 }
 
 // EnsureWorkloadImages imports the workload images again. A scenario that lets evictiond
@@ -107,14 +114,7 @@ func importImages(ctx context.Context, ctrd *containerd.Containerd, workDir stri
 // this first and passes whichever scenarios ran before it, in any order. Importing an image
 // that is still there rewrites nothing but its record.
 func (c *Cluster) EnsureWorkloadImages(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, spec := range c.workloadImages {
-		g.Go(func() error {
-			_, err := images.Import(gctx, c.Containerd.Socket, containerd.CRINamespace, spec)
-			return err
-		})
-	}
-	return g.Wait()
+	return importSpecs(ctx, c.Containerd, c.workloadImages)
 }
 
 // ImportArchive imports an image archive (docker-archive or OCI tar, e.g. evictiond's from
