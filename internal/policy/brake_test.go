@@ -298,15 +298,20 @@ func TestBrake_MeasuredEvictionPath(t *testing.T) {
 
 func TestCompile_BrakeSection(t *testing.T) {
 	cfg := mustLoad(t, "")
-	want := BrakeConfig{Enabled: true, InitialEvictionPath: 2 * time.Second, SafetyFactor: 1.5, MaxFreeze: 15 * time.Second, SampleInterval: 10 * time.Millisecond}
+	want := BrakeConfig{Enabled: true, InitialEvictionPath: 2 * time.Second, SafetyFactor: 1.5, MaxFreeze: 15 * time.Second, SampleInterval: 10 * time.Millisecond, Realtime: true}
 	if cfg.Brake != want {
 		t.Errorf("defaults = %+v, want %+v", cfg.Brake, want)
 	}
 	if n := cfg.Normalized.Brake; n.EvictionPath != "measured" || *n.Enabled != true || n.MaxFreeze != "15s" {
 		t.Errorf("normalized = %+v", n)
 	}
-	if r := cfg.Normalized.Brake.Realtime; r == nil || *r.Enabled {
-		t.Errorf("normalized realtime = %+v, want enabled: false", r)
+	if r := cfg.Normalized.Brake.Realtime; r == nil || !*r.Enabled {
+		t.Errorf("normalized realtime = %+v, want enabled: true (the default)", r)
+	}
+	for body, want := range map[string]bool{"brake: {realtime: {}}\n": true, "brake: {realtime: {enabled: false}}\n": false} {
+		if got := mustLoad(t, body).Brake.Realtime; got != want {
+			t.Errorf("%q: realtime %v, want %v", body, got, want)
+		}
 	}
 	cfg = mustLoad(t, "brake: {enabled: false, evictionPath: 1500ms, safetyFactor: 3, maxFreeze: 1m, sampleInterval: 5ms, initialEvictionPath: 4s, realtime: {enabled: true}}\n")
 	want = BrakeConfig{Enabled: false, EvictionPath: 1500 * time.Millisecond, InitialEvictionPath: 4 * time.Second, SafetyFactor: 3, MaxFreeze: time.Minute, SampleInterval: 5 * time.Millisecond, Realtime: true}
