@@ -18,11 +18,13 @@ import (
 	"github.com/evictiond/evictiond/internal/testenv/hostprobe"
 )
 
-// testRealtimeBoost is brake.realtime on cgroup v2 + systemd (kubepods.slice; Debian's kernel,
-// without RT group scheduling) with the chart's capabilities, which hold no CAP_SYS_NICE: with
-// a hard threshold near, the agent's threads go SCHED_FIFO 1 (through RLIMIT_RTPRIO, which
-// CAP_SYS_RESOURCE lets it raise), never higher; once the headroom is back they are all
-// SCHED_OTHER again. A functional proof only: under qemu TCG no latency is measured here.
+// testRealtimeBoost is brake.realtime, on by default, on cgroup v2 + systemd (kubepods.slice;
+// Debian's kernel, without RT group scheduling) with the chart's capabilities, which hold no
+// CAP_SYS_NICE: with a hard threshold near, the agent's threads go SCHED_FIFO 1 (through
+// RLIMIT_RTPRIO, which CAP_SYS_RESOURCE lets it raise), never higher; once the headroom is back
+// they are all SCHED_OTHER again. It runs with scenarioConfig (installed by
+// MemoryRampAndNodeStatus: allocatableMemory.available 500Mi, the brake on, brake.realtime left
+// at its default). A functional proof only: under qemu TCG no latency is measured here.
 func testRealtimeBoost(t *testing.T, n *node) {
 	pod := n.evictiondPod(t, "", time.Minute)
 	threads, err := hostprobe.AgentThreads(n.sh(t, hostprobe.AgentThreadsScript(string(pod.UID))))
@@ -34,12 +36,9 @@ func testRealtimeBoost(t *testing.T, n *node) {
 			t.Fatalf("agent thread %d holds CAP_SYS_NICE (CapEff %016x): the chart grants it no more; this test proves the boost without it", th.TID, th.CapEff)
 		}
 	}
-	config := strings.Replace(scenarioConfig, "brake: {enabled: true}", "brake: {enabled: true, realtime: {enabled: true}}", 1)
-	if config == scenarioConfig {
-		t.Fatal("scenarioConfig has no `brake: {enabled: true}` line to turn brake.realtime on in")
+	if strings.Contains(scenarioConfig, "realtime") {
+		t.Fatal("scenarioConfig sets brake.realtime: this test proves its default")
 	}
-	setConfig(t, n, config)
-	defer setConfig(t, n, scenarioConfig)
 	policiesScript := agentPoliciesScript(string(pod.UID))
 	if fifo, all := n.agentPolicies(t, policiesScript); len(fifo) != 0 {
 		t.Fatalf("agent threads real-time before any pressure: %v of %v", fifo, all)
@@ -56,7 +55,7 @@ func testRealtimeBoost(t *testing.T, n *node) {
 		t.Fatalf("kubepods has %d MiB left under its limit %d MiB: no room for the test's fill", (limit-ws)>>20, limit>>20)
 	}
 	hog := n.createPod(t, podOnNode(ns, "near", workloadContainer("memhog", "memhog",
-		[]string{"-rate-mib=200", "-target-mib=" + strconv.FormatInt(fill, 10)}, resources("memory", "64Mi"), nil)))
+		[]string{"-rate-mib=1000", "-target-mib=" + strconv.FormatInt(fill, 10)}, resources("memory", "64Mi"), nil)))
 	t.Logf("kubepods: limit %d MiB, working set %d MiB; filling %d MiB", limit>>20, ws>>20, fill)
 
 	var fifo, all []string
@@ -66,7 +65,7 @@ func testRealtimeBoost(t *testing.T, n *node) {
 	})
 	if err != nil {
 		l, w := n.kubepodsMemory(t)
-		t.Fatalf("no agent thread in SCHED_FIFO with the threshold near (kubepods: limit %d MiB, working set %d MiB; threads %v)\n--- evictiond ---\n%s",
+		t.Fatalf("no agent thread in SCHED_FIFO with the threshold near (brake.realtime on by default; kubepods: limit %d MiB, working set %d MiB; threads %v)\n--- evictiond ---\n%s",
 			l>>20, w>>20, all, grepLines(n.evictiondLog(t, 400), "realtime"))
 	}
 	t.Logf("boosted: %d of %d threads SCHED_FIFO 1: %v", len(fifo), len(all), fifo)
