@@ -416,6 +416,9 @@ func (e *Engine) isPending(uid types.UID) bool {
 // forgets them once observations newer than their departure exist (PSI
 // signals also wait out their averaging window).
 func (e *Engine) updatePending(in Input, now time.Time) {
+	if len(e.pending) == 0 {
+		return // the idle pass: no pod sets to build
+	}
 	present := make(map[types.UID]bool, len(in.Pods))
 	listed := make(map[types.UID]bool, len(in.Pods))
 	for _, p := range in.Pods {
