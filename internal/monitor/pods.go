@@ -78,8 +78,8 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 		s.Pods = make(policy.PodStatsByUID, len(pods)) // sized once, not grown pod by pod
 	}
 	for _, pod := range pods {
-		// Containers and Volumes are made when a figure goes in (setContainer,
-		// setVolume): an idle pass's pods mostly have none to add.
+		// Containers and Volumes are made when a figure goes in (setContainer;
+		// addDiskUsage's volumes): an idle pass's pods mostly have none to add.
 		var ps policy.PodStats
 		var errs []string
 		if !withCgroups {
