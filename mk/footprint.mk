@@ -4,7 +4,8 @@
 # fake API server); then, on the e2e cluster with the node filled to 110 pods (the kubelet's
 # default maxPods), the resident memory and CPU over 60 s of evictiond (deployed from
 # deploy/), the kubelet and node_exporter (Debian's, default collectors), each scraped every
-# 15 s, and evictiond's mean pass time (TestBenchFootprint, test/e2e). The cluster is shared
+# 15 s, and evictiond's mean pass time, allocation rate, collections and container working set
+# (TestBenchFootprint, test/e2e). The cluster is shared
 # with the e2e tier: run it as
 #   flock /tmp/evictiond-cluster.lock make bench-footprint
 # (about 4 minutes on this project's machine; FOOTPRINT_WINDOW=5m for a longer window).

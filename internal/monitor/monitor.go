@@ -61,7 +61,8 @@ type Config struct {
 	// layers missing.
 	Runtime RuntimeStats
 	// DisableCAdvisor keeps cAdvisor from starting; the imagefs fallback then
-	// reads statfs directly.
+	// reads statfs directly. It starts only without a Runtime (or with
+	// CAdvisorWatchPods) anyway: see Start.
 	DisableCAdvisor bool
 	// CAdvisorWatchPods makes cAdvisor housekeep every cgroup under kubepods
 	// too, not only the root cgroup. Off by default: evictiond reads pods'
@@ -151,6 +152,14 @@ type Monitor struct {
 	runtimeFs runtimeFsAnswer
 	// runtimeFailing is which CRI calls failed last time, to log transitions.
 	runtimeFailing map[string]bool
+	// fsThresholds pace the disk refresher (diskpace.go); fsFar says the last
+	// pass found every filesystem signal far from them (false until then);
+	// lastFullWalk is when the refresher last measured every pod (its
+	// goroutine's own).
+	fsThresholds    []policy.Threshold
+	fsThresholdsSet bool
+	fsFar           atomic.Bool
+	lastFullWalk    time.Time
 
 	stopRefresh context.CancelFunc
 	refreshDone chan struct{}
@@ -280,10 +289,15 @@ func (m *Monitor) Collectors() []prometheus.Collector {
 // CgroupInfo says which hierarchy is read and how it was detected.
 func (m *Monitor) CgroupInfo() CgroupInfo { return m.current.Load().info }
 
-// Start starts the embedded cAdvisor (unless disabled) and the refresher of
-// per-pod disk usage, until Stop or ctx ends.
+// Start starts the embedded cAdvisor (unless disabled, or not needed) and the
+// refresher of per-pod disk usage, until Stop or ctx ends. With a CRI to ask,
+// cAdvisor is not started unless CAdvisorWatchPods: the one figure evictiond
+// would read from it, imagefs while the CRI does not answer, is then a statfs
+// of ImageFsDir (the same filesystem's figures, read at the pass rather than
+// at cAdvisor's last housekeeping), and its housekeeping of the root
+// filesystems every interval (6% of the idle agent's CPU) would feed nothing.
 func (m *Monitor) Start(ctx context.Context) error {
-	if !m.cfg.DisableCAdvisor {
+	if !m.cfg.DisableCAdvisor && (m.cfg.Runtime == nil || m.cfg.CAdvisorWatchPods) {
 		var watch []string
 		if m.cfg.CAdvisorWatchPods {
 			watch = []string{m.cgl().kubepods}
@@ -351,6 +365,7 @@ func newSnapshot(m *Monitor) (*Snapshot, *snapshotBuilder) {
 	s := &Snapshot{
 		Time:          time.Now(),
 		Observations:  policy.Observations{},
+		Readings:      make([]SignalReading, 0, len(policy.Signals())), // one allocation, not one per doubling
 		Missing:       map[policy.Signal]string{},
 		Pods:          policy.PodStatsByUID{},
 		PodCgroups:    map[types.UID]PodCgroup{},
@@ -398,6 +413,7 @@ func (m *Monitor) ObserveNode(ctx context.Context) *Snapshot {
 	m.readMemorySignals(b)
 	m.readPIDSignal(b)
 	m.readFilesystemSignals(ctx, b)
+	m.noteFilesystems(s.Observations)
 	sort.Slice(s.Readings, func(i, j int) bool { return signalOrder(s.Readings[i].Signal) < signalOrder(s.Readings[j].Signal) })
 	return s
 }

@@ -74,8 +74,13 @@ func (m *Monitor) readPods(ctx context.Context, s *Snapshot, pods []PodRef, with
 	}
 	logs := &logListing{dir: m.walker.podLogsDir, log: m.log}
 	podPSI := m.podsMayStall(s)
+	if len(s.Pods) == 0 {
+		s.Pods = make(policy.PodStatsByUID, len(pods)) // sized once, not grown pod by pod
+	}
 	for _, pod := range pods {
-		ps := policy.PodStats{Containers: map[string]policy.ContainerStats{}, Volumes: map[string]policy.VolumeStats{}}
+		// Containers and Volumes are made when a figure goes in (setContainer;
+		// addDiskUsage's volumes): an idle pass's pods mostly have none to add.
+		var ps policy.PodStats
 		var errs []string
 		if !withCgroups {
 			ps.Time = time.Now()
@@ -172,7 +177,7 @@ func (m *Monitor) readContainerMemory(podCgroup string, uid types.UID, ps *polic
 		ws := u.workingSet()
 		cs := ps.Containers[cn.name]
 		cs.MemoryWorkingSet = &ws
-		ps.Containers[cn.name] = cs
+		setContainer(ps, cn.name, cs)
 	}
 }
 
@@ -193,12 +198,14 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 	if ok && ranking && len(d.containerLogs) == 0 {
 		ok = false
 	}
+	// Ranking near a filesystem threshold uses figures no older than one
+	// housekeeping interval: the refresher may have skipped the pod while the
+	// filesystems were far (diskpace.go).
+	if ok && ranking && !m.fsFar.Load() && time.Since(d.time) > m.cfg.HousekeepingInterval {
+		ok = false
+	}
 	if !ok {
-		var listing []os.DirEntry
-		if pod.Namespace == "" || pod.Name == "" {
-			listing = logs.entries()
-		}
-		d = m.walker.measure(pod, listing)
+		d = m.walker.measure(pod, logs.forPod(pod))
 		m.mu.Lock()
 		m.disk[pod.UID] = d
 		m.mu.Unlock()
@@ -206,14 +213,17 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 	for name, u := range d.containerLogs {
 		cs := ps.Containers[name]
 		cs.LogsBytes, cs.LogsInodes = ptr(u.bytes), ptr(u.inodes)
-		ps.Containers[name] = cs
+		setContainer(ps, name, cs)
 	}
 	for name, wl := range layers {
 		cs := ps.Containers[name]
 		cs.RootfsBytes, cs.RootfsInodes = wl.bytes, wl.inodes
-		ps.Containers[name] = cs
+		setContainer(ps, name, cs)
 	}
 	for name, u := range d.volumes {
+		if ps.Volumes == nil {
+			ps.Volumes = make(map[string]policy.VolumeStats, len(d.volumes))
+		}
 		ps.Volumes[name] = policy.VolumeStats{UsedBytes: ptr(u.bytes), InodesUsed: ptr(u.inodes)}
 	}
 	if len(d.errs) > 0 {
@@ -242,6 +252,14 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 	return d.errs
 }
 
+// setContainer stores a container's figures, making the pod's map on the first.
+func setContainer(ps *policy.PodStats, name string, cs policy.ContainerStats) {
+	if ps.Containers == nil {
+		ps.Containers = map[string]policy.ContainerStats{}
+	}
+	ps.Containers[name] = cs
+}
+
 // podsMayStall says whether a pass must read the pods' memory.pressure (cgroup
 // v2; three files a pod, 3 ms of CPU a pass at 110 pods on the fixture node):
 // not while the kubepods cgroup's own some avg10 reads 0.00. PSI is
@@ -267,6 +285,15 @@ type logListing struct {
 	listing []os.DirEntry
 }
 
+// forPod is the listing measuring pod needs: none for a pod with a name (its
+// log directory is named after it).
+func (l *logListing) forPod(pod PodRef) []os.DirEntry {
+	if pod.Namespace != "" && pod.Name != "" {
+		return nil
+	}
+	return l.entries()
+}
+
 func (l *logListing) entries() []os.DirEntry {
 	if !l.read {
 		l.read = true
@@ -279,25 +306,36 @@ func (l *logListing) entries() []os.DirEntry {
 	return l.listing
 }
 
-// refreshDisk re-measures every known pod's logs and volumes and re-reads
-// writable layers: the housekeeping half of the per-pod stats.
+// refreshDisk re-measures the known pods' logs and volumes and re-reads
+// writable layers: the housekeeping half of the per-pod stats. Every pod while
+// a filesystem signal is near a threshold or the last full walk is an idle
+// walk old, else only the pods with a local-storage limit (diskpace.go); the
+// others keep their last figures.
 func (m *Monitor) refreshDisk(ctx context.Context) {
 	m.mu.Lock()
 	pods := append([]PodRef(nil), m.pods...)
+	old := m.disk
 	m.mu.Unlock()
+	now := time.Now()
+	// A tick a little early (the ticker's, the walk's own time) still counts.
+	full := !m.fsFar.Load() || now.Sub(m.lastFullWalk) >= m.idleWalk()-m.cfg.HousekeepingInterval/2
+	if full {
+		m.lastFullWalk = now
+	}
 	if m.cfg.Runtime != nil {
 		m.refreshLayers(ctx)
 	}
-	listing, err := os.ReadDir(m.walker.podLogsDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.log.Warn("listing pod log directories", "dir", m.walker.podLogsDir, "err", err)
-	}
+	logs := &logListing{dir: m.walker.podLogsDir, log: m.log}
 	fresh := make(map[types.UID]podDisk, len(pods))
 	for _, pod := range pods {
 		if ctx.Err() != nil {
 			return
 		}
-		fresh[pod.UID] = m.walker.measure(pod, listing)
+		if d, ok := old[pod.UID]; ok && !full && !pod.LocalStorageLimited {
+			fresh[pod.UID] = d
+			continue
+		}
+		fresh[pod.UID] = m.walker.measure(pod, logs.forPod(pod))
 	}
 	m.mu.Lock()
 	m.disk = fresh

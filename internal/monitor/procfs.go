@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math"
@@ -141,9 +140,12 @@ func readPSIFile(path string) (psiReading, error) {
 
 func parsePSI(path string, raw []byte) (psiReading, error) {
 	var r psiReading
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	// Line by line without a bufio.Scanner: its 4 KiB buffer per read was a
+	// third of the fast poll's allocations.
+	for rest := raw; len(rest) > 0; {
+		var text []byte
+		text, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		fields := strings.Fields(string(text))
 		if len(fields) == 0 {
 			continue
 		}

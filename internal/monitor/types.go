@@ -66,6 +66,11 @@ type PodRef struct {
 	// Cgroups, log and volume directories and CRI labels use it; results stay
 	// keyed by UID.
 	RuntimeUID types.UID
+	// LocalStorageLimited: the pod has an emptyDir sizeLimit or a container
+	// ephemeral-storage limit, which the loop checks on every pass; the disk
+	// refresher measures such pods at every housekeeping, the others only as
+	// often as the filesystem signals' headroom requires (diskpace.go).
+	LocalStorageLimited bool
 }
 
 // runtimeUID is the UID the node knows the pod by.
@@ -82,7 +87,8 @@ func (p PodRef) runtimeUID() types.UID {
 func PodRefsFromPods(pods []*v1.Pod) []PodRef {
 	out := make([]PodRef, 0, len(pods))
 	for _, p := range pods {
-		ref := PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass)}
+		ref := PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOSClass: string(p.Status.QOSClass),
+			LocalStorageLimited: localStorageLimited(p)}
 		if mirror := p.Annotations[policy.MirrorAnnotation]; mirror != "" && types.UID(mirror) != p.UID {
 			ref.RuntimeUID = types.UID(mirror)
 		}

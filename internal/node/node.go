@@ -108,6 +108,7 @@ func Open(ctx context.Context, cfg *policy.Config, opts Options) (n *Node, err e
 	if err != nil {
 		return n, err
 	}
+	mon.SetFilesystemThresholds(cfg.Thresholds)
 	if err := mon.Start(ctx); err != nil {
 		return n, fmt.Errorf("starting the monitor: %w", err)
 	}
@@ -150,6 +151,7 @@ func (n *Node) Close() {
 // path's thresholds. What only a restart applies is named by the daemon.
 func (n *Node) Reconfigure(c *policy.Config) {
 	n.reclaimer.SetDryRun(c.DryRun)
+	n.Stats.M.SetFilesystemThresholds(c.Thresholds)
 	n.applyRealtime(c)
 	if err := n.notifier.Reconfigure(n.notifyOptions(c)); err != nil {
 		n.log.Error("fast path not reconfigured", "err", err)

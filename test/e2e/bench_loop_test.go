@@ -19,7 +19,7 @@ import (
 // benchLoopConfig is evictiond's configuration for the loop bench: the e2e node's
 // thresholds, loops at their defaults (3 evictions in 30 min) but a 1 min initial backoff
 // (default 10 min), so that the doubling shows within the bench's 10 minutes.
-var benchLoopConfig = loopEvictiondConfig("{initialBackoff: 1m}")
+var benchLoopConfig = loopEvictiondConfig(30*time.Second, "{initialBackoff: 1m}")
 
 // benchLeakArgs: 100 MiB/s up to 2960 MiB, then hold. The hold sits below the 3 GiB
 // kubepods limit (no OOM kill) and past the kubelet's 100Mi allocatableMemory.available

@@ -57,6 +57,10 @@ type brakeEpisode struct {
 	// fast when one is descheduled for tens of milliseconds on this 2-CPU machine.
 	Hogs      int
 	FillerMiB int
+	// Await lists the Event reasons on the hog that run waits for once it is gone
+	// (default: Evicted). Events are written asynchronously, each when its step is done:
+	// a Braked event after the kill, which can reach the API server after the pod is gone.
+	Await []string
 	// Filled in by run:
 	HogUID     string
 	HogLast    *corev1.Pod
@@ -127,15 +131,25 @@ func (e *brakeEpisode) run(t *testing.T, c *cluster.Cluster) {
 		}
 		e.Bystanders = append(e.Bystanders, got)
 	}
-	// Events are written asynchronously: wait for the Evicted one.
-	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	// Events are written asynchronously: wait for the awaited ones (the checks after say
+	// what is missing).
+	await := e.Await
+	if len(await) == 0 {
+		await = []string{"Evicted"}
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "hog").String()})
 		if err != nil {
 			return false, nil
 		}
 		e.Events = list.Items
-		return len(eventsWithReason(e.Events, "Evicted")) > 0, nil
+		for _, reason := range await {
+			if len(eventsWithReason(e.Events, reason)) == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }
 
@@ -223,7 +237,8 @@ func testSlowRampKeepsTheGracefulPath(t *testing.T, c *cluster.Cluster) {
 // be enough, and the scenario tested nothing of the brake.)
 func testFastRampFrozenAndKilled(t *testing.T, c *cluster.Cluster) {
 	replayAfter(t, c, "brake")
-	e := &brakeEpisode{Namespace: "e2e-brake-fast", HogArgs: []string{"-rate-mib=4000", "-ignore-sigterm"}, Hogs: 2}
+	e := &brakeEpisode{Namespace: "e2e-brake-fast", HogArgs: []string{"-rate-mib=4000", "-ignore-sigterm"}, Hogs: 2,
+		Await: []string{"Evicted", "Braked"}}
 	e.run(t, c)
 	e.checkBystanders(t)
 	braked := eventsWithReason(e.Events, "Braked")

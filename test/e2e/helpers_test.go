@@ -157,7 +157,11 @@ func clusterWithEvictiond(t *testing.T, opts cluster.Options, deploy cluster.Dep
 	t.Logf("evictiond DaemonSet pod %s Ready %s after the apply", pod.Name, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("--- last lines of evictiond ---\n%s", c.EvictiondLogTail(80))
+			if path, err := c.EvictiondLogPath(context.Background()); err != nil {
+				t.Logf("no evictiond log to keep: %v", err)
+			} else {
+				c.KeepLog(t, "evictiond", path)
+			}
 		}
 	})
 	return c, pod

@@ -4,6 +4,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -20,23 +21,32 @@ import (
 )
 
 // loopEvictiondConfig is evictiond's configuration for the eviction loop scenario and
-// bench: the e2e node's memory thresholds and the given evictionLoops section.
-func loopEvictiondConfig(loops string) string {
+// bench: the e2e node's memory thresholds, the given pressure transition period and the
+// given evictionLoops section.
+func loopEvictiondConfig(transition time.Duration, loops string) string {
 	return `apiVersion: evictiond.io/v1alpha1
 kind: EvictionConfiguration
 evictionHard:
   memory.available: 100Mi
   allocatableMemory.available: 500Mi
-evictionPressureTransitionPeriod: 30s
+evictionPressureTransitionPeriod: ` + transition.String() + `
 loop: {interval: 1s, podCleanupTimeout: 30s}
 eviction:
   rateLimits: {maxPerPass: 1, perMinute: 30, burst: 5, cooldown: 1s}
 evictionLoops: ` + loops + "\n"
 }
 
-// loopConfig is a compressed loop schedule (two evictions in 5 minutes are a loop, backoff
-// 30 s doubling to 2 minutes) so the scenario sees the backoff grow in minutes.
-var loopConfig = loopEvictiondConfig("{count: 2, window: 5m, initialBackoff: 30s, maxBackoff: 2m}")
+// The loop scenario's compressed schedule: two evictions in 5 minutes are a loop, the
+// backoff starts at 20 s and doubles to 80 s, the transition period is 10 s, so that every
+// hold of the taint is told apart from the transition period alone and the scenario sees
+// the backoff grow in about two minutes.
+const (
+	loopTransition     = 10 * time.Second
+	loopInitialBackoff = 20 * time.Second
+	loopMaxBackoff     = 80 * time.Second
+)
+
+var loopConfig = loopEvictiondConfig(loopTransition, fmt.Sprintf("{count: 2, window: 5m, initialBackoff: %s, maxBackoff: %s}", loopInitialBackoff, loopMaxBackoff))
 
 // leakName is the leaking Deployment of the loop scenario and bench.
 const leakName = "leak"
@@ -191,9 +201,9 @@ func taintedAcross(ivs []interval, from, to time.Time) bool {
 
 // TestEvictionLoop boots a cluster with evictiond and a compressed loop schedule and runs a
 // Deployment of one pod leaking 200 MiB/s (past the threshold in about 12 s): its second
-// eviction makes a loop, the backoff holds evictiond's taint 30 s, then 60 s, then 120 s;
-// evictiond is restarted (its pod deleted) right after the third eviction, and the 60 s
-// backoff and the count survive it. The EvictionLoop Events land on the Deployment (as
+// eviction makes a loop, the backoff holds evictiond's taint 20 s, then 40 s, then 80 s
+// (loopConfig); evictiond is restarted (its pod deleted) right after the third eviction, and
+// the 40 s backoff and the count survive it. The EvictionLoop Events land on the Deployment (as
 // `kubectl describe deployment` finds them), no bystander is evicted, nothing is OOM-killed.
 func TestEvictionLoop(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{})
@@ -241,22 +251,23 @@ func TestEvictionLoop(t *testing.T) {
 		}
 	}
 
-	// The third eviction's backoff (60 s) outlives the restart: the taint stays from the
-	// eviction to its end, where the 30 s transition period alone would have released it,
-	// and the fourth eviction comes only after it.
+	// The third eviction's backoff (the second step, 40 s) outlives the restart: the taint
+	// stays from the eviction to its end, where the transition period alone would have
+	// released it, and the fourth eviction comes only after it.
 	ivs := r.taintIntervals(t)
 	const slack = 5 * time.Second // Event timestamps have second resolution
-	if !taintedAcross(ivs, e3.Add(slack), e3.Add(60*time.Second-slack)) {
-		t.Errorf("node not tainted throughout the third eviction's 60 s backoff across the restart: taints %v, eviction at %v", ivs, e3)
+	third := 2 * loopInitialBackoff
+	if !taintedAcross(ivs, e3.Add(slack), e3.Add(third-slack)) {
+		t.Errorf("node not tainted throughout the third eviction's %s backoff across the restart: taints %v, eviction at %v", third, ivs, e3)
 	}
-	if gap := e4.Sub(e3); gap < 60*time.Second {
-		t.Errorf("fourth eviction %s after the third, want at least the 60 s backoff", gap)
+	if gap := e4.Sub(e3); gap < third {
+		t.Errorf("fourth eviction %s after the third, want at least the %s backoff", gap, third)
 	}
 	t.Logf("node memory-tainted %s in %s (%d intervals)", tainted(ivs).Round(time.Second), time.Since(r.start).Round(time.Second), len(ivs))
 	// Never longer than the pressure needs plus the documented backoff: a taint that ended
-	// did so by its last eviction's hold (none, 30 s, 60 s, 120 s) or the pressure's release
-	// (the pod gone in a second or two) plus the 30 s transition period, whichever is later.
-	holds := []time.Duration{0, 30 * time.Second, 60 * time.Second, 120 * time.Second}
+	// did so by its last eviction's hold (none, 20 s, 40 s, 80 s) or the pressure's release
+	// (the pod gone in a second or two) plus the transition period, whichever is later.
+	holds := []time.Duration{0, loopInitialBackoff, 2 * loopInitialBackoff, loopMaxBackoff}
 	for _, iv := range ivs[:len(ivs)-1] {
 		k := -1
 		for i, e := range leak {
@@ -268,7 +279,7 @@ func TestEvictionLoop(t *testing.T) {
 			t.Errorf("taint %v..%v covers no eviction", iv.from, iv.to)
 			continue
 		}
-		if bound := leak[k].at.Add(max(holds[k], 35*time.Second) + 2*slack); iv.to.After(bound) {
+		if bound := leak[k].at.Add(max(holds[k], loopTransition+5*time.Second) + 2*slack); iv.to.After(bound) {
 			t.Errorf("taint after eviction %d lasted until +%s, want by +%s (its hold %s, or the release and the transition period)",
 				k+1, iv.to.Sub(r.start).Round(time.Second), bound.Sub(r.start).Round(time.Second), holds[k])
 		}
@@ -289,8 +300,8 @@ func TestEvictionLoop(t *testing.T) {
 			t.Errorf("EvictionLoop event %d: %s %q, want a Warning naming the node, %q, the working set and the growth", i+1, events[i].Type, msg, want)
 		}
 	}
-	if !strings.Contains(events[2].Message, "for 2m0s") {
-		t.Errorf("fourth eviction's Event %q, want the backoff doubled to 2m0s (the schedule survived the restart)", events[2].Message)
+	if want := "for " + loopMaxBackoff.String(); !strings.Contains(events[2].Message, want) {
+		t.Errorf("fourth eviction's Event %q, want %q: the backoff doubled to its maximum (the schedule survived the restart)", events[2].Message, want)
 	}
 	if lines, _ := evictiondMetrics(c, `evictiond_eviction_loop_evictions_total{kind="Deployment"}`); len(lines) != 1 {
 		t.Errorf("evictiond_eviction_loop_evictions_total{kind=\"Deployment\"} after the restart: %v, want one series", lines)

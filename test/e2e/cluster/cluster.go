@@ -136,6 +136,7 @@ type Cluster struct {
 	scheduler      *proc.Process
 	controllers    *proc.Process
 	scraper        scraper
+	failureLogDir  string
 }
 
 // Start boots the cluster and waits until the Node is Ready. It fails the test with the
@@ -527,10 +528,41 @@ func (c *Cluster) LogTail(component string, n int) string {
 	return proc.Tail(c.LogPath(component), n)
 }
 
+// KeepLog copies a log of a failed test into FailureLogDir under name (evictiond's, for
+// example, which goes with its pod) and says where in one line. The logs are kept in files
+// rather than printed: tails of four components printed after the failure buried the
+// failure's own message at the end of the output, where CI shows it.
+func (c *Cluster) KeepLog(t testing.TB, name, path string) {
+	dir := c.FailureLogDir(t)
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name+".log"), data, 0o644)
+	}
+	if err != nil {
+		t.Logf("keeping the %s log: %v", name, err)
+		return
+	}
+	t.Logf("%s log kept: %s", name, filepath.Join(dir, name+".log"))
+}
+
+// FailureLogDir is where a failed test's logs are kept, created on first use:
+// $TMPDIR/evictiond-e2e-failed/<test>-<time>, outside the cluster's directory (removed at
+// teardown).
+func (c *Cluster) FailureLogDir(t testing.TB) string {
+	if c.failureLogDir == "" {
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+		c.failureLogDir = filepath.Join(os.TempDir(), "evictiond-e2e-failed", name+"-"+time.Now().UTC().Format("20060102T150405"))
+		if err := os.MkdirAll(c.failureLogDir, 0o755); err != nil {
+			t.Logf("creating %s: %v", c.failureLogDir, err)
+		}
+	}
+	return c.failureLogDir
+}
+
 func (c *Cluster) stopComponents(t testing.TB) {
 	if t.Failed() {
 		for _, name := range []string{"kubelet", "kube-scheduler", "kube-controller-manager-workloads", "containerd"} {
-			t.Logf("--- last lines of %s ---\n%s", name, c.LogTail(name, 30))
+			c.KeepLog(t, name, c.LogPath(name))
 		}
 	}
 	c.kubelet.Stop(20 * time.Second)
