@@ -116,19 +116,29 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 // (2 s) is what a victim that does not stop at SIGTERM keeps its resource.
 const brakeWatchMax = 2 * time.Second
 
+// watchReleaseFraction: the watch ends when the signal rose by threshold /
+// watchReleaseFraction from its lowest reading (50 MiB for a 500Mi
+// threshold): the victim releases its resource. Smaller rises are noise or a
+// writer's pause.
+const watchReleaseFraction = 10
+
 // watchGraceful follows a hard threshold's signal after a graceful eviction
 // was accepted, reading the fast signals every brake.sampleInterval (one
 // reading per call: the loop's watch timer, see victims.go) until the
-// victim's resource comes back (the signal stops falling or is above the
-// threshold again), at most brakeWatchMax: a writer measured slow at the
+// victim's resource comes back (the signal is above the threshold again, or
+// rose by a tenth of the threshold from the lowest reading of the watch: the
+// victim releasing it), at most brakeWatchMax: a writer measured slow at the
 // crossing (starved of CPU then) can ramp at full speed right after it, and
 // the graceful path would lose to the OOM killer (the e2e tier's hog did:
 // docs/benchmarks-history.md). Not
 // bounded by the time to exhaustion estimated at the crossing: a ramp that
 // slowed past it and sped up again before the victim stopped would be left to
-// the OOM killer. When the brake fires on the new readings, the victim — its
-// eviction already accepted — is frozen and killed on the node at once. It
-// returns true when the watch is over.
+// the OOM killer. Nor ended by a signal that stops falling for a while: a
+// writer starved of CPU pauses for tens of milliseconds between its bursts
+// (issue 30's busy node), and a watch that ended at the first pause left it
+// to the kubelet and the next passes. When the brake fires on the new
+// readings, the victim — its eviction already accepted — is frozen and
+// killed on the node at once. It returns true when the watch is over.
 func (a *Agent) watchGraceful(w *gracefulWatch) bool {
 	sig := w.as.Starved.Threshold.Signal
 	obs := a.readFast()
@@ -141,10 +151,12 @@ func (a *Agent) watchGraceful(w *gracefulWatch) bool {
 	if o.Available >= w.as.Starved.Quantity {
 		return true // the resource came back
 	}
-	d := a.engine.Brake(w.as)
-	if d.TimeToExhaustion < 0 {
-		return true // not falling any more: the victim is releasing it
+	if w.lowest == nil || o.Available < *w.lowest {
+		w.lowest = &o.Available
+	} else if o.Available-*w.lowest >= w.as.Starved.Quantity/watchReleaseFraction {
+		return true // the victim is releasing it
 	}
+	d := a.engine.Brake(w.as)
 	if !d.Fire {
 		return false
 	}

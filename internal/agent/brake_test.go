@@ -532,6 +532,47 @@ func TestBrake_PendingVictimIsBrakedWhenTheRampOutlastsTheWatch(t *testing.T) {
 	}
 }
 
+// A writer starved of CPU pauses between its bursts (issue 30's busy node): a
+// watch that ended at the first reading with no fall left such a hog to the
+// kubelet and the next passes (crossing → freeze 2.06 s in one bench run).
+// The watch goes on through a 200 ms pause and brakes the hog when it ramps
+// again.
+func TestBrake_GracefulWatchOutlastsAWritersPause(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
+	// 100 MiB/s up to the crossing and at the confirming read (graceful); then no
+	// fall for 200 ms (20 readings); then 2 GiB/s.
+	seq := []int64{479 << 20}
+	for range 20 {
+		seq = append(seq, 478<<20)
+	}
+	seq = append(seq, 458<<20, 438<<20, 418<<20, 398<<20)
+	ss := readInSequence(a, clock, stats, seq...)
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Fatalf("freezer calls %q after %d fast reads, want the hog frozen and killed when it ramped again after its pause", got, ss.calls)
+	}
+	if ss.calls < 22 || ss.calls > 24 {
+		t.Errorf("%d fast reads, want the watch's through the pause and one or two of the ramp (22-24)", ss.calls)
+	}
+}
+
+// The watch ends when the victim releases part of its memory (a rise of a
+// tenth of the threshold from the lowest reading), still under the threshold.
+func TestBrake_GracefulWatchEndsOnARiseUnderTheThreshold(t *testing.T) {
+	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})
+	// 100 MiB/s down to 449 MiB (graceful throughout), then 499 MiB: 50 MiB up.
+	var seq []int64
+	for av := int64(479); av >= 449; av-- {
+		seq = append(seq, av<<20)
+	}
+	seq = append(seq, 499<<20, 300<<20)
+	ss := readInSequence(a, clock, stats, seq...)
+	passesEverySecond(a, clock, stats, 580<<20, 480<<20)
+	if len(fz.log) != 0 || ss.calls != 32 {
+		t.Errorf("freezer calls %v, %d fast reads; want none frozen and the watch ended at the 50 MiB rise (32 reads)", fz.log, ss.calls)
+	}
+}
+
 // The watch ends as soon as the victim releases its memory: nothing frozen.
 func TestBrake_GracefulWatchEndsWhenTheVictimReleases(t *testing.T) {
 	a, clock, stats, fz := brakeAgent(t, "", &ladderEvictor{outcome: eviction.OutcomeEvicted})

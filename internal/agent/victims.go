@@ -34,6 +34,7 @@ type gracefulWatch struct {
 	br       *BrakeReport
 	until    time.Time
 	last     time.Time // the newest reading followed
+	lowest   *int64    // the lowest available the watch read
 }
 
 // killResult is a kill's outcome, reported to the loop.

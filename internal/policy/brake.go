@@ -26,8 +26,10 @@ const (
 	BrakeEvictionPathMeasured = "measured"
 
 	// brakeHistory is how many readings per signal the rate estimate keeps,
-	// and brakeHistoryWindow how old the oldest may be.
-	brakeHistory       = 16
+	// and brakeHistoryWindow how old the oldest may be. Enough for the
+	// sustained window at the fast poll's fastest pace near a threshold (one
+	// reading per 5 ms: 100 in 500 ms).
+	brakeHistory       = 128
 	brakeHistoryWindow = 5 * time.Second
 	// brakeResampleSpans: a rate measured over more than this many
 	// SampleIntervals may average a ramp that began within it with the calm
@@ -38,6 +40,16 @@ const (
 	// brakeRateWindow: the rate is the fastest fall from the newest reading
 	// to each one from sampleInterval up to this much older.
 	brakeRateWindow = 100 * time.Millisecond
+	// brakeSustainedWindow: while the signal still falls over its latest
+	// span, the falls from the newest reading to those up to this much older
+	// count too: a writer starved of CPU ramps in fast and slow phases (issue
+	// 30's busy node: a hog achieving 500 MiB/s was measured under the
+	// brake's bar over the last 100 ms at the crossing, left to the graceful
+	// path and frozen by the watch 67-135 ms later, when it sped up again),
+	// and its sustained rate shows across a slow phase. A signal that no
+	// longer falls (a writer that stopped, a frozen pod) is not judged on
+	// its past.
+	brakeSustainedWindow = 500 * time.Millisecond
 	// evictionPathWeight is the weight of a new measurement in the moving
 	// estimate of the eviction path.
 	evictionPathWeight = 0.3
@@ -124,25 +136,28 @@ func (b *brakeState) recordHistory(obs Observations, now time.Time) {
 
 // fallRate estimates how fast available falls from a signal's readings: the
 // fastest fall from the newest reading to each earlier one between minSpan
-// and window older. Never over less than minSpan (the kernel's counters are
-// batched: over microseconds the noise is a rate of its own); the fastest of
-// several spans because a ramp is understated both over a long span (averaged
-// with the calm before it began) and over a short one (a writer descheduled
-// for a few milliseconds: make bench-ramp saw a 2.3 GiB/s hog measured at
-// 290 MiB/s over 17 ms). When no reading is that recent, the slope to the
-// latest one older than minSpan. shortest is the shortest span looked at: how
-// recent the estimate is. ok is false when no reading is minSpan older.
-func fallRate(h []Observation, minSpan, window time.Duration) (rate float64, span, shortest time.Duration, ok bool) {
+// and window older, and, while the signal still falls over the shortest of
+// those spans, up to sustained older. Never over less than minSpan (the
+// kernel's counters are batched: over microseconds the noise is a rate of
+// its own); the fastest of several spans because a ramp is understated both
+// over a long span (averaged with the calm before it began) and over a short
+// one (a writer descheduled for a few milliseconds: make bench-ramp saw a
+// 2.3 GiB/s hog measured at 290 MiB/s over 17 ms; or starved of CPU for a
+// hundred: issue 30). When no reading is that recent, the slope to the latest
+// one older than minSpan. shortest is the shortest span looked at: how recent
+// the estimate is. ok is false when no reading is minSpan older.
+func fallRate(h []Observation, minSpan, window, sustained time.Duration) (rate float64, span, shortest time.Duration, ok bool) {
 	if len(h) < 2 {
 		return 0, 0, 0, false
 	}
 	newest := h[len(h)-1]
+	falling := false // over the shortest span
 	for i := len(h) - 2; i >= 0; i-- {
 		s := newest.Time.Sub(h[i].Time)
 		if s < minSpan {
 			continue
 		}
-		if ok && s > window {
+		if ok && s > window && (s > sustained || !falling) {
 			break
 		}
 		r := float64(h[i].Available-newest.Available) / s.Seconds()
@@ -150,9 +165,9 @@ func fallRate(h []Observation, minSpan, window time.Duration) (rate float64, spa
 			rate, span = r, s
 		}
 		if !ok {
-			shortest, ok = s, true
+			shortest, ok, falling = s, true, r > 0
 		}
-		if s > window { // none within the window: the latest older one alone
+		if s > window && s == shortest { // none within the window: the latest older one alone
 			break
 		}
 	}
@@ -238,7 +253,7 @@ func (e *Engine) Brake(a *Assessment) BrakeDecision {
 		d.Reason = "reading not fresh"
 		return d
 	}
-	rate, span, shortest, ok := fallRate(e.brake.history[sig], cfg.SampleInterval, brakeRateWindow)
+	rate, span, shortest, ok := fallRate(e.brake.history[sig], cfg.SampleInterval, brakeRateWindow, brakeSustainedWindow)
 	if !ok {
 		d.Resample = true
 		d.Reason = fmt.Sprintf("no rate yet: one reading of %s; reading again in %v", sig, cfg.SampleInterval)

@@ -16,9 +16,10 @@ func (c *compiler) brake(raw BrakeSettings, apiDown APIUnreachableConfig) BrakeC
 		MaxFreeze:           c.duration("brake.maxFreeze", raw.MaxFreeze, DefaultBrakeMaxFreeze, 100*time.Millisecond, 10*time.Minute),
 		SampleInterval:      c.duration("brake.sampleInterval", raw.SampleInterval, DefaultBrakeSampleInterval, time.Millisecond, 500*time.Millisecond),
 		SafetyFactor:        DefaultBrakeSafetyFactor,
+		Realtime:            true,
 	}
 	if raw.Realtime != nil {
-		b.Realtime = boolOr(raw.Realtime.Enabled, false)
+		b.Realtime = boolOr(raw.Realtime.Enabled, true)
 	}
 	if raw.EvictionPath != "" && raw.EvictionPath != BrakeEvictionPathMeasured {
 		if _, err := time.ParseDuration(raw.EvictionPath); err != nil {

@@ -43,7 +43,7 @@ func TestFallRate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rate, span, _, ok := fallRate(tc.h, tc.minSpan, 100*time.Millisecond)
+			rate, span, _, ok := fallRate(tc.h, tc.minSpan, 100*time.Millisecond, 100*time.Millisecond)
 			if ok != tc.wantOK {
 				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
 			}
@@ -81,8 +81,8 @@ func TestTimeToExhaustion(t *testing.T) {
 func TestRecordHistory_KeepsNewReadingsWithinWindowAndBound(t *testing.T) {
 	var b brakeState
 	now := t0
-	for i := range 40 {
-		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
+	for i := range brakeHistory + 40 {
+		now = t0.Add(time.Duration(i) * 10 * time.Millisecond)
 		b.recordHistory(Observations{
 			SignalMemoryAvailable:    obsAt(int64(1000-i), 2000, now),
 			SignalMemoryPSISomeAvg10: obsAt(9000, PSIScale, now),
@@ -298,15 +298,20 @@ func TestBrake_MeasuredEvictionPath(t *testing.T) {
 
 func TestCompile_BrakeSection(t *testing.T) {
 	cfg := mustLoad(t, "")
-	want := BrakeConfig{Enabled: true, InitialEvictionPath: 2 * time.Second, SafetyFactor: 1.5, MaxFreeze: 15 * time.Second, SampleInterval: 10 * time.Millisecond}
+	want := BrakeConfig{Enabled: true, InitialEvictionPath: 2 * time.Second, SafetyFactor: 1.5, MaxFreeze: 15 * time.Second, SampleInterval: 10 * time.Millisecond, Realtime: true}
 	if cfg.Brake != want {
 		t.Errorf("defaults = %+v, want %+v", cfg.Brake, want)
 	}
 	if n := cfg.Normalized.Brake; n.EvictionPath != "measured" || *n.Enabled != true || n.MaxFreeze != "15s" {
 		t.Errorf("normalized = %+v", n)
 	}
-	if r := cfg.Normalized.Brake.Realtime; r == nil || *r.Enabled {
-		t.Errorf("normalized realtime = %+v, want enabled: false", r)
+	if r := cfg.Normalized.Brake.Realtime; r == nil || !*r.Enabled {
+		t.Errorf("normalized realtime = %+v, want enabled: true (the default)", r)
+	}
+	for body, want := range map[string]bool{"brake: {realtime: {}}\n": true, "brake: {realtime: {enabled: false}}\n": false} {
+		if got := mustLoad(t, body).Brake.Realtime; got != want {
+			t.Errorf("%q: realtime %v, want %v", body, got, want)
+		}
 	}
 	cfg = mustLoad(t, "brake: {enabled: false, evictionPath: 1500ms, safetyFactor: 3, maxFreeze: 1m, sampleInterval: 5ms, initialEvictionPath: 4s, realtime: {enabled: true}}\n")
 	want = BrakeConfig{Enabled: false, EvictionPath: 1500 * time.Millisecond, InitialEvictionPath: 4 * time.Second, SafetyFactor: 3, MaxFreeze: time.Minute, SampleInterval: 5 * time.Millisecond, Realtime: true}
@@ -408,5 +413,77 @@ func TestBrake_RateIgnoresReadingsCloserThanTheSampleInterval(t *testing.T) {
 	d := e.Brake(a)
 	if d.Fire || d.RateSpan != 10*time.Millisecond {
 		t.Errorf("Brake = fire %v resample %v over %v: %s;\nwant the graceful path on the rate over 10ms (100Mi/s)", d.Fire, d.Resample, d.RateSpan, d.Reason)
+	}
+}
+
+// A writer starved of CPU ramps unevenly (issue 30's busy node: a hog with
+// a 1 GiB/s target achieved 500 MiB/s overall, in fast and starved phases).
+// Here it takes 300 MiB in 300 ms, then, starved, 150 MiB/s for the 120 ms
+// up to the crossing. The fast poll reads every 5 ms. Over the last 100 ms
+// the fall is 150 MiB/s, under the brake's bar (167 MiB/s at 500Mi and
+// 1.5 × 2 s): graceful path, and on the busy node the watch froze such a hog
+// 67-135 ms later, when it sped up again. Over the last 500 ms the writer's
+// sustained rate shows, and the brake fires at the crossing.
+func TestBrake_StarvedWriterIsBrakedAtTheCrossingOnItsSustainedRate(t *testing.T) {
+	e, clk, in := brakeEngine(t, "")
+	start := clk.Now()
+	const fast, slow = 1000 * Mi, 150 * Mi // per second
+	fastFor, crossingAt := 300*time.Millisecond, 420*time.Millisecond
+	written := func(d time.Duration) int64 {
+		if d <= fastFor {
+			return int64(float64(fast) * d.Seconds())
+		}
+		return int64(float64(fast)*fastFor.Seconds() + float64(slow)*(d-fastFor).Seconds())
+	}
+	top := 500*Mi + written(crossingAt) - Mi // the pass's reading is 1 MiB below the threshold
+	var polled []Observations
+	for d := time.Duration(0); d < crossingAt; d += 5 * time.Millisecond {
+		polled = append(polled, Observations{SignalAllocatableMemoryAvailable: obsAt(top-written(d), 3*Gi, start.Add(d))})
+	}
+	e.RecordReadings(polled...)
+	clk.Step(crossingAt)
+	in.Observations = Observations{
+		SignalAllocatableMemoryAvailable: obsAt(top-written(crossingAt), 3*Gi, clk.Now()),
+		SignalMemoryAvailable:            obsAt(20*Gi, 24*Gi, clk.Now()),
+		SignalNodeFsAvailable:            obsAt(50*Gi, 100*Gi, clk.Now()),
+	}
+	a := e.Assess(in)
+	if a.Starved == nil || a.Starved.Threshold.Signal != SignalAllocatableMemoryAvailable {
+		t.Fatalf("starved = %+v, want allocatableMemory.available met", a.Starved)
+	}
+	h := e.brake.history[SignalAllocatableMemoryAvailable]
+	if short, _, _, _ := fallRate(h, 10*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond); short >= float64(167*Mi) {
+		t.Fatalf("over 100ms the rate is %s, want it under the brake's bar (167Mi/s): the case is not the one of issue 30",
+			FormatRate(SignalAllocatableMemoryAvailable, short))
+	}
+	d := e.Brake(a)
+	if !d.Fire || d.Rate < float64(500*Mi) || d.RateSpan <= 100*time.Millisecond {
+		t.Errorf("Brake = fire %v at %s over %v: %s;\nwant the brake at the crossing on the sustained rate (over more than the last 100ms)",
+			d.Fire, FormatRate(d.Signal, d.Rate), d.RateSpan, d.Reason)
+	}
+	if want := "over " + d.RateSpan.Round(time.Millisecond).String() + ")"; !strings.Contains(d.Reason, want) {
+		t.Errorf("reason %q does not name the span the rate was measured over (%q)", d.Reason, want)
+	}
+}
+
+// The sustained window counts only while the signal still falls: a writer
+// that stopped (or a frozen pod) is not judged on the fall before.
+func TestFallRate_SustainedWindowOnlyWhileStillFalling(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	fastThenSlow := []Observation{obsAt(1000*Mi, 0, at(0)), obsAt(700*Mi, 0, at(300)), obsAt(688*Mi, 0, at(380)), obsAt(685*Mi, 0, at(400))}
+	rate, span, _, _ := fallRate(fastThenSlow, 10*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond)
+	if want := float64(315*Mi) / 0.4; rate < want-1 || rate > want+1 || span != 400*time.Millisecond {
+		t.Errorf("fast, then slow but still falling: %s over %v, want the sustained %s over 400ms",
+			FormatRate(SignalMemoryAvailable, rate), span, FormatRate(SignalMemoryAvailable, want))
+	}
+	stopped := []Observation{obsAt(1000*Mi, 0, at(0)), obsAt(700*Mi, 0, at(300)), obsAt(690*Mi, 0, at(380)), obsAt(690*Mi, 0, at(400))}
+	rate, span, _, _ = fallRate(stopped, 10*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond)
+	if want := float64(10*Mi) / 0.1; rate > want+1 || span > 100*time.Millisecond {
+		t.Errorf("stopped over the latest 20ms: %s over %v, want at most the 100ms window's %s",
+			FormatRate(SignalMemoryAvailable, rate), span, FormatRate(SignalMemoryAvailable, want))
+	}
+	beyond := []Observation{obsAt(2000*Mi, 0, at(0)), obsAt(1000*Mi, 0, at(900)), obsAt(999*Mi, 0, at(920))}
+	if rate, span, _, _ = fallRate(beyond, 10*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond); span != 20*time.Millisecond {
+		t.Errorf("a fall older than the sustained window counted: %s over %v", FormatRate(SignalMemoryAvailable, rate), span)
 	}
 }

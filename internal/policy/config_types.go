@@ -306,13 +306,16 @@ type BrakeSettings struct {
 	SampleInterval string `json:"sampleInterval,omitempty"`
 	// Realtime raises the agent's threads to SCHED_FIFO near and at a hard
 	// threshold, so the brake's reaction does not wait behind CPU-bound pods
-	// (internal/rtboost; needs CAP_SYS_NICE).
+	// (internal/rtboost; RLIMIT_RTPRIO 1, set with CAP_SYS_RESOURCE, or
+	// CAP_SYS_NICE).
 	Realtime *BrakeRealtimeSettings `json:"realtime,omitempty"`
 }
 
 // BrakeRealtimeSettings is brake.realtime.
 type BrakeRealtimeSettings struct {
-	// Enabled: default false.
+	// Enabled: default true (since 2026-11-26; the boost is refused and
+	// logged where the kernel does not allow it, and the brake works as
+	// before).
 	Enabled *bool `json:"enabled,omitempty"`
 }
 

@@ -25,6 +25,12 @@
 //     when the runtime itself cannot preempt (the CPU bound is the one that
 //     catches a spinning goroutine);
 //   - new threads start in SCHED_OTHER (SCHED_FLAG_RESET_ON_FORK);
+//   - no CAP_SYS_NICE: Enable sets RLIMIT_RTPRIO to Priority (raising its
+//     hard limit takes CAP_SYS_RESOURCE, which the agent holds for its PSI
+//     triggers), under which the kernel lets a thread put itself, and the
+//     processes of its own user, in SCHED_FIFO up to that priority and no
+//     higher; the threads keep SCHED_FLAG_RESET_ON_FORK when lowered, since
+//     clearing it would take CAP_SYS_NICE;
 //   - on cgroup v1 with RT group scheduling (CONFIG_RT_GROUP_SCHED), the
 //     kernel itself caps the group's real-time time at its cpu.rt_runtime_us
 //     per cpu.rt_period_us: Grant gives evictiond's cgroup Budget of it (0 by
@@ -137,6 +143,7 @@ type Booster struct {
 	xcpu      chan os.Signal
 	stop      chan struct{}
 	unusable  error // SCHED_FIFO refused: logged once, no further tries
+	rtprioErr error // setting RLIMIT_RTPRIO failed (for the refusal's log)
 	boosts    int
 	overCPU   int // boosts ended by the CPU bound
 }
@@ -148,7 +155,10 @@ func New(opts Options) *Booster {
 }
 
 // Enable turns the boost on or off (a configuration reload). On, it sets
-// RLIMIT_RTTIME and listens for SIGXCPU; off, it lowers every thread now.
+// RLIMIT_RTTIME and RLIMIT_RTPRIO and listens for SIGXCPU; off, it lowers
+// every thread now. RLIMIT_RTPRIO refused (no CAP_SYS_RESOURCE to raise its
+// hard limit) is not an error: with CAP_SYS_NICE the boost works without
+// it, and without either the first boost is refused and logged.
 func (b *Booster) Enable(on bool) error {
 	if b == nil {
 		return nil
@@ -169,6 +179,7 @@ func (b *Booster) Enable(on bool) error {
 	if err := unix.Setrlimit(unix.RLIMIT_RTTIME, &lim); err != nil {
 		return fmt.Errorf("rtboost: setting RLIMIT_RTTIME to %v soft / %v hard: %w", b.opts.RTTimeSoft, b.opts.RTTimeHard, err)
 	}
+	b.rtprioErr = raiseRTPrio(b.opts.Priority)
 	b.enabled = true
 	b.unusable = nil
 	b.xcpu = make(chan os.Signal, 1)
@@ -223,7 +234,11 @@ func (b *Booster) Hold() {
 	if err := b.raiseAllLocked(now); err != nil {
 		b.unusable = err
 		b.lowerLocked("refused")
-		b.log.Warn("realtime boost unavailable; the brake reacts with its CPU weight alone", "err", err)
+		attrs := []any{"err", err}
+		if b.rtprioErr != nil {
+			attrs = append(attrs, "rlimitRTPRIO", b.rtprioErr)
+		}
+		b.log.Warn("realtime boost unavailable; the brake reacts with its CPU weight alone", attrs...)
 		return
 	}
 	b.raised, b.since = true, now
@@ -305,9 +320,30 @@ func (b *Booster) Boosted() (bool, int) {
 	return b.raised, b.boosts
 }
 
+// raiseRTPrio lets this process's threads put themselves in a real-time
+// class up to priority without CAP_SYS_NICE: RLIMIT_RTPRIO at least
+// priority, soft and hard. Raising the hard limit takes CAP_SYS_RESOURCE.
+func raiseRTPrio(priority int) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_RTPRIO, &lim); err != nil {
+		return fmt.Errorf("rtboost: reading RLIMIT_RTPRIO: %w", err)
+	}
+	want := uint64(priority)
+	if lim.Cur >= want {
+		return nil
+	}
+	lim.Cur = want
+	lim.Max = max(lim.Max, want)
+	if err := unix.Setrlimit(unix.RLIMIT_RTPRIO, &lim); err != nil {
+		return fmt.Errorf("rtboost: setting RLIMIT_RTPRIO to %d: %w", priority, err)
+	}
+	return nil
+}
+
 // raiseAllLocked puts every thread of the process in SCHED_FIFO at
 // Priority, with SCHED_FLAG_RESET_ON_FORK. The first refusal is returned
-// (EPERM: no CAP_SYS_NICE, or RT group scheduling with no budget).
+// (EPERM: neither RLIMIT_RTPRIO nor CAP_SYS_NICE, or RT group scheduling
+// with no budget).
 func (b *Booster) raiseAllLocked(now time.Time) error {
 	b.lastScan = now
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.Priority), Flags: unix.SCHED_FLAG_RESET_ON_FORK}
@@ -323,12 +359,16 @@ func (b *Booster) raiseAllLocked(now time.Time) error {
 	return nil
 }
 
-// lowerLocked puts every thread back in SCHED_OTHER.
+// lowerLocked puts every thread back in SCHED_OTHER. It keeps
+// SCHED_FLAG_RESET_ON_FORK: a thread without CAP_SYS_NICE may not clear it
+// (EPERM, and the thread would stay real-time).
 func (b *Booster) lowerLocked(why string) {
 	if tids, err := b.tasks(); err == nil {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther}
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
 		for _, tid := range tids {
-			_ = unix.SchedSetAttr(tid, &attr, 0) // ESRCH: exited; lowering needs no privilege
+			if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: exited
+				b.log.Error("realtime boost: lowering a thread failed", "tid", tid, "err", err)
+			}
 		}
 	}
 	if b.raised {

@@ -5,6 +5,7 @@ package rtboost
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,5 +232,92 @@ func TestGrantOnRTGroupScheduling(t *testing.T) {
 	// A second Grant changes nothing.
 	if wrote, err := Grant(root, dir, 10*time.Millisecond); err != nil || len(wrote) != 0 {
 		t.Fatalf("second Grant: wrote %v, %v", wrote, err)
+	}
+}
+
+// childEnv starts the test binary as a child that boosts without CAP_SYS_NICE (TestMain).
+const childEnv = "RTBOOST_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := unprivilegedChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// effectiveCaps is this thread's effective capability set.
+func effectiveCaps() (uint64, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0, err
+	}
+	return uint64(data[0].Effective) | uint64(data[1].Effective)<<32, nil
+}
+
+// unprivilegedChild boosts in a process that never held CAP_SYS_NICE nor CAP_SYS_RESOURCE
+// (setpriv took them from the bounding set before the exec): RLIMIT_RTPRIO cannot be raised,
+// SCHED_FIFO is refused, and the boost must say so and leave every thread in SCHED_OTHER.
+func unprivilegedChild() error {
+	runtime.LockOSThread()
+	caps, err := effectiveCaps()
+	if err != nil {
+		return err
+	}
+	if held := caps & (1<<unix.CAP_SYS_NICE | 1<<unix.CAP_SYS_RESOURCE); held != 0 {
+		return fmt.Errorf("effective capabilities %#x still hold CAP_SYS_NICE or CAP_SYS_RESOURCE: setpriv did not drop them", caps)
+	}
+	var logged strings.Builder
+	b := New(Options{Hold: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err := b.Enable(true); err != nil {
+		return fmt.Errorf("Enable without the privilege: %w, want the refusal at the first boost only", err)
+	}
+	b.Hold()
+	raised, _ := b.Boosted()
+	if raised || b.unusable == nil || b.rtprioErr == nil {
+		return fmt.Errorf("boosted %v, refusal %v, RLIMIT_RTPRIO error %v: want refused on both counts", raised, b.unusable, b.rtprioErr)
+	}
+	if !strings.Contains(logged.String(), "realtime boost unavailable") || !strings.Contains(logged.String(), "rlimitRTPRIO") {
+		return fmt.Errorf("log %q: want the refusal logged with why RLIMIT_RTPRIO was not set", logged.String())
+	}
+	b.Hold() // refused once: not tried again
+	if n := strings.Count(logged.String(), "realtime boost unavailable"); n != 1 {
+		return fmt.Errorf("the refusal was logged %d times, want once", n)
+	}
+	tids, err := b.tasks()
+	if err != nil {
+		return err
+	}
+	for _, tid := range tids {
+		a, err := unix.SchedGetAttr(tid, 0)
+		if errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil || a.Policy != schedOther {
+			return fmt.Errorf("thread %d %+v, %v; want SCHED_OTHER", tid, a, err)
+		}
+	}
+	return b.Enable(false)
+}
+
+// A node where SCHED_FIFO is refused (neither CAP_SYS_NICE nor CAP_SYS_RESOURCE to set
+// RLIMIT_RTPRIO, which the chart's capabilities allow): Enable succeeds, the first boost is
+// refused and logged once with its reasons, and every thread stays in SCHED_OTHER. (The boost
+// under the chart's capabilities, without CAP_SYS_NICE, is proven in the cgroup v2 node tier,
+// RealtimeBoost: this machine's test environment has no CAP_SYS_RESOURCE to give a child.)
+func TestBoostRefusedWithoutThePrivilege(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) is needed to start a child without CAP_SYS_NICE: %v", err)
+	}
+	const drop = "-sys_nice,-sys_resource"
+	cmd := exec.Command(setpriv, "--bounding-set="+drop, "--inh-caps="+drop, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

@@ -68,6 +68,7 @@ func TestNodeV2(t *testing.T) {
 	t.Run("HostWritesRefused", func(t *testing.T) { testHostWritesRefused(t, n) })
 	t.Run("MemoryRampAndNodeStatus", func(t *testing.T) { testMemoryRampAndNodeStatus(t, n) })
 	t.Run("BrakeFreezesAndKills", func(t *testing.T) { testBrake(t, n) })
+	t.Run("RealtimeBoost", func(t *testing.T) { testRealtimeBoost(t, n) })
 	t.Run("PIDPressure", func(t *testing.T) { testPIDPressure(t, n) })
 	t.Run("DiskPressureImageGC", func(t *testing.T) { testDiskPressure(t, n) })
 	t.Run("ReclaimBeforeEvict", func(t *testing.T) { testReclaimBeforeEvict(t, n) })
