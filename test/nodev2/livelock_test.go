@@ -66,6 +66,11 @@ func testLivelock(t *testing.T, n *node) {
 	n.startPods(t, 2*time.Minute, bystanders...)
 	reloaded()
 	oomBefore := n.oomKills(t)
+	// An earlier scenario's node pressure may still be within its transition period (20 s):
+	// this one's sampler must see only its own.
+	if err := n.waitMemoryPressureClear(time.Minute); err != nil {
+		t.Fatalf("the node still under %s a minute into the scenario, before any livelock: %v", kube.ConditionMemoryPressure, err)
+	}
 	sampled := n.sampleMemoryPressure(time.Second)
 
 	// With the restart: evicted within the window (and a pass or two).

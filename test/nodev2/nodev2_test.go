@@ -237,14 +237,7 @@ func testMemoryRampAndNodeStatus(t *testing.T, n *node) {
 	}
 	// Cleared once the pressure is over (transition period 20 s), the kubelet's own status
 	// updates notwithstanding.
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		no, err := n.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		c := nodeCondition(no, kube.ConditionMemoryPressure)
-		return c != nil && c.Status == corev1.ConditionFalse && !nodeHasTaint(no, kube.TaintKeyMemoryPressure), nil
-	})
+	err := n.waitMemoryPressureClear(2 * time.Minute)
 	sawCondition, sawTaint := sampled()
 	if !sawCondition || !sawTaint {
 		t.Errorf("during the episode: %s=True seen %v, taint %s seen %v; want both", kube.ConditionMemoryPressure, sawCondition, kube.TaintKeyMemoryPressure, sawTaint)
@@ -349,6 +342,19 @@ func testBrake(t *testing.T, n *node) {
 	next := n.createPod(t, podOnNode(ns, "next", workloadContainer("idle", "idle", nil, resources("memory", "16Mi"), nil)))
 	n.waitPod(t, ns, next.Name, 2*time.Minute, "Ready after the brake", podReady)
 	_ = n.client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+}
+
+// waitMemoryPressureClear waits until the Node's EvictiondMemoryPressure condition is False
+// and its taint is gone.
+func (n *node) waitMemoryPressureClear(timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		no, err := n.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := nodeCondition(no, kube.ConditionMemoryPressure)
+		return c != nil && c.Status == corev1.ConditionFalse && !nodeHasTaint(no, kube.TaintKeyMemoryPressure), nil
+	})
 }
 
 // sampleMemoryPressure samples the Node's EvictiondMemoryPressure condition and taint every

@@ -48,6 +48,11 @@ func testSelfInflictedPressure(t *testing.T, n *node) {
 	thrasher.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
 	thrasher.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	oomBefore := n.oomKills(t)
+	// An earlier scenario's node pressure may still be within its transition period: the
+	// sampler below must see only this one's.
+	if err := n.waitMemoryPressureClear(time.Minute); err != nil {
+		t.Fatalf("the node still under %s a minute into the scenario, before the thrasher: %v", kube.ConditionMemoryPressure, err)
+	}
 	n.createPod(t, thrasher)
 
 	// The Node's own condition, sampled while the pod thrashes.
