@@ -109,11 +109,11 @@ func testAppArmor(t *testing.T, n *node, pod *corev1.Pod, confined hostprobe.Res
 // /proc/pressure/memory refusal is not there; what AppArmor refuses for want of an allow rule
 // is logged: a signal to a process under another profile (the brake's kill(2) on cgroup v1),
 // a ptrace-mode read of one. The control: the AppArmor subtest's SIGCONT to PID 1, logged
-// for the probe's shell.
+// for the probe (`signal=cont peer="unconfined"`, comm busybox).
 func testAgentHitNoAppArmorDenial(t *testing.T, n *node) {
 	out := n.sh(t, `journalctl -o cat --no-pager | grep 'apparmor="DENIED"' || true`)
 	t.Logf("AppArmor denials on the node:\n%s", out)
-	if !hostprobe.LogHasLine(out, `operation="signal"`, `comm="sh"`, `peer="unconfined"`) {
+	if !hostprobe.LogHasLine(out, `operation="signal"`, `signal=cont`, `peer="unconfined"`) {
 		t.Fatal("the probe's refused signal to PID 1 is not in the journal: AppArmor's denials are not logged here, nothing can be concluded")
 	}
 	for _, l := range strings.Split(out, "\n") {
