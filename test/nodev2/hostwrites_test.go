@@ -4,6 +4,7 @@ package nodev2
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -103,23 +104,36 @@ func testAppArmor(t *testing.T, n *node, pod *corev1.Pod, confined hostprobe.Res
 	}
 }
 
-// testAgentHitNoAppArmorDenial reads the node's journal after every scenario: no AppArmor
-// denial of the agent's processes (comm evictiond) was logged. The default profile's `deny`
-// rules (the files under /proc and /sys, mount) refuse silently, so the agent's expected
-// /proc/pressure/memory refusal is not there; what AppArmor refuses for want of an allow rule
-// is logged: a signal to a process under another profile (the brake's kill(2) on cgroup v1),
-// a ptrace-mode read of one. The control: the AppArmor subtest's SIGCONT to PID 1, logged
-// for the probe (`signal=cont peer="unconfined"`, comm busybox).
+// testAgentHitNoAppArmorDenial reads the node's journal after every scenario: AppArmor denied
+// the agent's processes (comm evictiond) nothing but what the brake's kill loop may meet. The
+// default profile's `deny` rules (the files under /proc and /sys, mount) refuse silently, so
+// the agent's expected /proc/pressure/memory refusal is not there; what AppArmor refuses for
+// want of an allow rule is logged: a signal to a process under another profile, a ptrace-mode
+// read of one. The control: the AppArmor subtest's SIGCONT to PID 1, logged for the probe
+// (`signal=cont peer="unconfined"`, comm busybox).
+//
+// The one denial tolerated: SIGKILL to an unconfined process. After cgroup.kill the brake
+// sends SIGKILL by kill(2) to the processes still listed in the pod's cgroup until it is empty
+// (internal/brake PodCgroup.Kill); they are dying already, and the pod's sandbox (pause)
+// process, which containerd runs unconfined, is refused (the brake ignores the error; the
+// kernel's cgroup.kill has killed it). The audit line does not name the target, so such a
+// line is accepted only if the agent logged a brake kill.
 func testAgentHitNoAppArmorDenial(t *testing.T, n *node) {
 	out := n.sh(t, `journalctl -o cat --no-pager | grep 'apparmor="DENIED"' || true`)
 	t.Logf("AppArmor denials on the node:\n%s", out)
 	if !hostprobe.LogHasLine(out, `operation="signal"`, `signal=cont`, `peer="unconfined"`) {
 		t.Fatal("the probe's refused signal to PID 1 is not in the journal: AppArmor's denials are not logged here, nothing can be concluded")
 	}
+	kills := n.sh(t, fmt.Sprintf(`cat /var/log/pods/%s_*/evictiond/*.log 2>/dev/null | grep -c '"msg":"brake: pod killed' || true`, evictiondNamespace))
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, `comm="evictiond"`) {
-			t.Errorf("AppArmor denied the agent: %s", l)
+		if !strings.Contains(l, `comm="evictiond"`) {
+			continue
 		}
+		if hostprobe.LogHasLine(l, `operation="signal"`, `signal=kill`, `peer="unconfined"`) && kills != "0" && kills != "" {
+			t.Logf("tolerated: the brake's follow-up SIGKILL to an unconfined process after cgroup.kill (%s brake kills logged): %s", kills, l)
+			continue
+		}
+		t.Errorf("AppArmor denied the agent: %s", l)
 	}
 }
 
