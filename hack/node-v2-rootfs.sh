@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # node-v2-rootfs.sh — the Debian root filesystem of the cgroup v2 node VM (make test-node-v2):
-# systemd as PID 1, dbus, runc, the CNI plugins, iproute2, nftables/iptables, kmod, procps, and
-# the kernel modules a node needs (overlay, bridge, veth, br_netfilter, netfilter, virtio block,
+# systemd as PID 1, dbus, runc, the CNI plugins, iproute2, nftables/iptables, kmod, procps,
+# apparmor (apparmor_parser: containerd loads its default profile with it, and confines
+# containers only when it exists; the kernel has AppArmor on by default), and the kernel
+# modules a node needs (overlay, bridge, veth, br_netfilter, netfilter, virtio block,
 # e1000, ext4) from the VM kernel hack/vm-kernel.sh unpacks. Built with mmdebstrap from the
 # machine's own Debian mirror (read from its apt sources), trimmed (no docs, man pages, locales,
 # apt lists), written as a tar, and cached per (this script, kernel) so a warm run is a stat.
@@ -14,7 +16,7 @@ set -euo pipefail
 
 CACHE="${EVICTIOND_CACHE:-/var/cache/evictiond}"
 SUITE=bookworm
-PACKAGES=systemd,systemd-sysv,dbus,iproute2,kmod,procps,runc,containernetworking-plugins,nftables,iptables
+PACKAGES=systemd,systemd-sysv,dbus,iproute2,kmod,procps,runc,containernetworking-plugins,nftables,iptables,apparmor
 log() { echo "node-v2-rootfs: $*" >&2; }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

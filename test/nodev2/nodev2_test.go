@@ -75,7 +75,8 @@ func TestNodeV2(t *testing.T) {
 	t.Run("SelfInflictedPressure", func(t *testing.T) { testSelfInflictedPressure(t, n) })
 	t.Run("MemoryLivelock", func(t *testing.T) { testLivelock(t, n) })
 	t.Run("HugepagesCountAsUsed", func(t *testing.T) { testHugepages(t, n) })
-	t.Run("SwapPressure", func(t *testing.T) { testSwapPressure(t, n) }) // last: leaves the kubelet on LimitedSwap
+	t.Run("SwapPressure", func(t *testing.T) { testSwapPressure(t, n) }) // leaves the kubelet on LimitedSwap
+	t.Run("AgentHitNoAppArmorDenial", func(t *testing.T) { testAgentHitNoAppArmorDenial(t, n) })
 }
 
 // testNode checks the node is what users run: systemd as PID 1, cgroup v2 only, containerd

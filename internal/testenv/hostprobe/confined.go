@@ -11,11 +11,40 @@ import (
 // guest in the node tier), that prints the status of every thread of the `evictiond run`
 // process in the cgroup of the pod with this UID: "== <status path>", then its lines.
 func AgentThreadsScript(podUID string) string {
+	return forAgentProcess(podUID, `for s in $p/task/*/status; do echo "== $s"; cat $s; done`)
+}
+
+// AgentAppArmorScript is a shell script like AgentThreadsScript that prints, for every thread
+// of the agent, "<attr path> <AppArmor label>" (/proc/<pid>/task/<tid>/attr/current).
+func AgentAppArmorScript(podUID string) string {
+	return forAgentProcess(podUID, `for a in $p/task/*/attr/current; do echo "$a $(cat $a)"; done`)
+}
+
+// forAgentProcess runs body with $p set to /proc/<pid> of each `evictiond run` process in the
+// cgroup of the pod with this UID.
+func forAgentProcess(podUID, body string) string {
 	return fmt.Sprintf(`for p in /proc/[0-9]*; do
 	grep -qE 'pod(%s|%s)' $p/cgroup 2>/dev/null || continue
 	case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *evictiond\ run*) ;; *) continue ;; esac
-	for s in $p/task/*/status; do echo "== $s"; cat $s; done
-done`, podUID, strings.ReplaceAll(podUID, "-", "_"))
+	%s
+done`, podUID, strings.ReplaceAll(podUID, "-", "_"), body)
+}
+
+// AppArmorFailures checks AgentAppArmorScript's output: every thread of the agent (a Go
+// process has several) confined by profile in enforce mode.
+func AppArmorFailures(out, profile string) []string {
+	want := profile + " (enforce)"
+	var failures []string
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 {
+		failures = append(failures, fmt.Sprintf("%d thread(s) of the agent seen, want a Go process's several:\n%s", len(lines), out))
+	}
+	for _, l := range lines {
+		if !strings.HasSuffix(l, " "+want) {
+			failures = append(failures, fmt.Sprintf("%s, want %s", l, want))
+		}
+	}
+	return failures
 }
 
 // AgentThreads parses AgentThreadsScript's output.

@@ -30,3 +30,44 @@ func TestCheckConfinement(t *testing.T) {
 		t.Errorf("an unconfined probe: %v", err)
 	}
 }
+
+func TestAppArmorFailures(t *testing.T) {
+	const profile = "cri-containerd.apparmor.d"
+	confined := "/proc/42/task/42/attr/current cri-containerd.apparmor.d (enforce)\n/proc/42/task/43/attr/current cri-containerd.apparmor.d (enforce)\n"
+	if f := AppArmorFailures(confined, profile); len(f) != 0 {
+		t.Errorf("every thread in enforce mode: %q", f)
+	}
+	// A thread in complain mode, one unconfined: each named; one thread alone is not the proof.
+	for out, want := range map[string][]string{
+		"/proc/42/task/42/attr/current cri-containerd.apparmor.d (complain)\n/proc/42/task/43/attr/current unconfined": {
+			"/proc/42/task/42/attr/current cri-containerd.apparmor.d (complain), want cri-containerd.apparmor.d (enforce)",
+			"/proc/42/task/43/attr/current unconfined, want cri-containerd.apparmor.d (enforce)"},
+		"/proc/42/task/42/attr/current cri-containerd.apparmor.d (enforce)": {"1 thread(s) of the agent seen"},
+		"": {"1 thread(s) of the agent seen", ", want cri-containerd.apparmor.d (enforce)"},
+	} {
+		got := AppArmorFailures(out, profile)
+		if len(got) != len(want) {
+			t.Errorf("%q: %q, want %d failures", out, got, len(want))
+			continue
+		}
+		for i := range want {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("%q: failure %d is %q, want it to contain %q", out, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestResultAppArmorLines(t *testing.T) {
+	r := Result{Lines: []string{"refused /host/proc/sysrq-trigger", "self Seccomp_filters:\t2",
+		"self apparmor cri-containerd.apparmor.d (enforce)", "signal init: sh: can't kill pid 1: Permission denied"}}
+	if got := r.AppArmorLabel(); got != "cri-containerd.apparmor.d (enforce)" {
+		t.Errorf("AppArmorLabel = %q", got)
+	}
+	if got := r.SignalInit(); got != "sh: can't kill pid 1: Permission denied" {
+		t.Errorf("SignalInit = %q", got)
+	}
+	if (Result{}).AppArmorLabel() != "" || (Result{}).SignalInit() != "" {
+		t.Error("a report without the lines: not empty")
+	}
+}

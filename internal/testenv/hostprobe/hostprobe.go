@@ -43,6 +43,8 @@ for p in %s; do
 done
 if [ -w /host/sys/fs/cgroup ]; then echo "writable /host/sys/fs/cgroup"; else echo "REFUSED /host/sys/fs/cgroup"; fi
 echo "self $(grep '^Seccomp_filters:' /proc/self/status)"
+echo "self apparmor $(cat /proc/self/attr/current 2>&1)"
+if out=$(kill -CONT 1 2>&1); then echo "signal init: sent"; else echo "signal init: $out"; fi
 }
 report > /dev/termination-log 2>&1
 `, strings.Join(Refused, " "), strings.Join(Writable, " "))
@@ -75,6 +77,32 @@ func (r Result) SeccompFilters() (int, error) {
 	return 0, fmt.Errorf("the probe's report has no Seccomp_filters line (a kernel before 5.9?): %q", r.Lines)
 }
 
+// AppArmorLabel is the probe's own AppArmor label (/proc/self/attr/current): the profile and
+// its mode where AppArmor is on ("cri-containerd.apparmor.d (enforce)"), the read's error or
+// "unconfined" elsewhere.
+func (r Result) AppArmorLabel() string {
+	for _, l := range r.Lines {
+		if v, ok := strings.CutPrefix(l, "self apparmor "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// SignalInit is what the probe's kill(1, SIGCONT) gave: "sent", or busybox's error. SIGCONT
+// does nothing to a running PID 1; uid 0 may send it to a root process without CAP_KILL,
+// RuntimeDefault seccomp allows kill(2), and no mount is involved: only an LSM can refuse it
+// (AppArmor: the runtime's default profile lets a container signal only processes under the
+// same profile; its base abstraction allows the existence test, kill -0, to anyone).
+func (r Result) SignalInit() string {
+	for _, l := range r.Lines {
+		if v, ok := strings.CutPrefix(l, "signal init: "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // Absent are the paths this kernel does not have.
 func (r Result) Absent() []string {
 	var out []string
@@ -89,6 +117,17 @@ func (r Result) Absent() []string {
 // Run adds the probe to pod as ephemeral container name, next to container, and returns its
 // report. The pause image of the test clusters is busybox.
 func Run(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, container, name string) (Result, error) {
+	return run(ctx, client, pod, container, name, nil)
+}
+
+// RunWithAppArmor is Run with the probe's AppArmor profile set to profile, the rest of the
+// agent container's security context unchanged: the control that shows which refusals are
+// AppArmor's alone.
+func RunWithAppArmor(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, container, name string, profile corev1.AppArmorProfile) (Result, error) {
+	return run(ctx, client, pod, container, name, &profile)
+}
+
+func run(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, container, name string, appArmor *corev1.AppArmorProfile) (Result, error) {
 	var target *corev1.Container
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == container {
@@ -104,6 +143,14 @@ func Run(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, cont
 			mounts = append(mounts, m)
 		}
 	}
+	sc := target.SecurityContext
+	if appArmor != nil {
+		sc = sc.DeepCopy()
+		if sc == nil {
+			sc = &corev1.SecurityContext{}
+		}
+		sc.AppArmorProfile = appArmor
+	}
 	pod = pod.DeepCopy()
 	pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{
@@ -111,7 +158,7 @@ func Run(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, cont
 			Image:           images.PauseRef,
 			ImagePullPolicy: corev1.PullNever,
 			Command:         []string{images.BusyboxPath, "sh", "-c", script()},
-			SecurityContext: target.SecurityContext,
+			SecurityContext: sc,
 			VolumeMounts:    mounts,
 		},
 		TargetContainerName: container,
