@@ -147,6 +147,9 @@ func (a *Agent) watchGraceful(w *gracefulWatch) bool {
 		return true // no newer reading (simulate's steps): nothing to follow
 	}
 	w.last = o.Time
+	if w.until.IsZero() {
+		w.until = o.Time.Add(brakeWatchMax)
+	}
 	a.engine.RecordReadings(obs)
 	if o.Available >= w.as.Starved.Quantity {
 		return true // the resource came back
@@ -158,7 +161,7 @@ func (a *Agent) watchGraceful(w *gracefulWatch) bool {
 	}
 	d := a.engine.Brake(w.as)
 	if !d.Fire {
-		return false
+		return !o.Time.Before(w.until)
 	}
 	w.br.BrakeDecision = d
 	if h, ok := a.freezeVictim(w.res.Victim.Pod, d, w.crossing, w.br, "brake: pod frozen after its graceful eviction: the ramp outran the graceful path",

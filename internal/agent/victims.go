@@ -32,9 +32,13 @@ type gracefulWatch struct {
 	res      eviction.Result
 	crossing time.Time
 	br       *BrakeReport
-	until    time.Time
-	last     time.Time // the newest reading followed
-	lowest   *int64    // the lowest available the watch read
+	// until is the first reading's time + brakeWatchMax: the watch's end is
+	// judged on its readings' times, not on the clock at each tick, so a
+	// replay of the recording (whose ticks fall at other instants than the
+	// loop's timer did) ends it at the same reading.
+	until  time.Time
+	last   time.Time // the newest reading followed
+	lowest *int64    // the lowest available the watch read
 }
 
 // killResult is a kill's outcome, reported to the loop.
@@ -130,7 +134,7 @@ func (a *Agent) watchTick() {
 	if w == nil {
 		return
 	}
-	if a.watchGraceful(w) || !a.opts.Clock.Now().Before(w.until) {
+	if a.watchGraceful(w) {
 		a.watch = nil
 	}
 }
@@ -141,8 +145,7 @@ func (a *Agent) startWatch(as *policy.Assessment, res eviction.Result, crossing 
 	if a.watch == nil {
 		a.watchAt = time.Time{} // a new watch: scheduled when its pass returns (Run's timer, Advance)
 	}
-	a.watch = &gracefulWatch{as: as, res: res, crossing: crossing, br: br,
-		until: a.opts.Clock.Now().Add(brakeWatchMax), last: as.Starved.Observation.Time}
+	a.watch = &gracefulWatch{as: as, res: res, crossing: crossing, br: br, last: as.Starved.Observation.Time}
 }
 
 // recordKill logs, counts and reports a kill that ended.
