@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,34 +156,17 @@ func testLivelock(t *testing.T, n *node) {
 func (n *node) samplePodPSI(pod *corev1.Pod, period time.Duration) (stop func() []string) {
 	dir := fmt.Sprintf("/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice", strings.ReplaceAll(string(pod.UID), "-", "_"))
 	script := fmt.Sprintf(`cd %s 2>/dev/null && echo "$(cat memory.current)/$(cat memory.max) $(awk '$1 == "full" {print $2, $3}' memory.pressure) $(awk '$1 == "oom_kill"' memory.events)"`, dir)
-	var mu sync.Mutex
 	var out []string
-	done := make(chan struct{})
-	finished := make(chan struct{})
 	start := time.Now()
-	go func() {
-		defer close(finished)
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(period):
-			}
-			// Not n.sh: this goroutine must not fail the test; the pod's cgroup goes with it.
-			r, err := n.vm.Sh(context.Background(), script)
-			if err != nil {
-				continue
-			}
-			mu.Lock()
+	stopSampling := sampleEvery(period, func() {
+		// Not n.sh: the sampler must not fail the test; the pod's cgroup goes with it.
+		r, err := n.vm.Sh(context.Background(), script)
+		if err == nil {
 			out = append(out, fmt.Sprintf("%5.1fs %s", time.Since(start).Seconds(), strings.TrimSpace(r)))
-			mu.Unlock()
 		}
-	}()
+	})
 	return func() []string {
-		close(done)
-		<-finished
-		mu.Lock()
-		defer mu.Unlock()
+		stopSampling()
 		return out
 	}
 }

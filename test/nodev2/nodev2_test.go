@@ -362,32 +362,44 @@ func (n *node) waitMemoryPressureClear(timeout time.Duration) error {
 // period until the returned func is called; it says whether each was seen.
 func (n *node) sampleMemoryPressure(period time.Duration) (stop func() (condition, taint bool)) {
 	var sawCondition, sawTaint bool
+	stopSampling := sampleEvery(period, func() {
+		no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
+			sawCondition = true
+		}
+		if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
+			sawTaint = true
+		}
+	})
+	return func() (bool, bool) {
+		stopSampling()
+		return sawCondition, sawTaint
+	}
+}
+
+// sampleEvery calls sample every period on its own goroutine until the returned func is
+// called, which returns once the last call is over: what sample wrote can be read then.
+// sample must not fail the test (it runs off the test's goroutine).
+func sampleEvery(period time.Duration, sample func()) (stop func()) {
 	done := make(chan struct{})
-	sampled := make(chan struct{})
+	finished := make(chan struct{})
 	go func() {
-		defer close(sampled)
+		defer close(finished)
 		for {
 			select {
 			case <-done:
 				return
 			case <-time.After(period):
 			}
-			no, err := n.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			if c := nodeCondition(no, kube.ConditionMemoryPressure); c != nil && c.Status == corev1.ConditionTrue {
-				sawCondition = true
-			}
-			if nodeHasTaint(no, kube.TaintKeyMemoryPressure) {
-				sawTaint = true
-			}
+			sample()
 		}
 	}()
-	return func() (bool, bool) {
+	return func() {
 		close(done)
-		<-sampled
-		return sawCondition, sawTaint
+		<-finished
 	}
 }
 
