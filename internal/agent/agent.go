@@ -353,7 +353,7 @@ func (a *Agent) HoldConditions(conds []v1.NodeConditionType) {
 // pass is one decision: the steps of docs/architecture.md's loop, one call each.
 func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	start := time.Now()
-	a.stages = passStages{start: start}
+	a.stages = startPassStages(start)
 	a.metrics.LoopWakeups.WithLabelValues(source).Inc()
 	defer func() {
 		a.metrics.PassDuration.Observe(time.Since(start).Seconds())
@@ -377,6 +377,7 @@ func (a *Agent) pass(ctx context.Context, source string) (rep Report) {
 	pods := activePods(listed)
 	a.stages.listed = time.Now()
 	obs := a.stats.Observe(ctx, pods)
+	a.stages.read = time.Now()
 	rep.MemoryReclaim = a.reclaimMemory(ctx, pods, &obs)
 	a.stages.observed = time.Now()
 	in := policy.Input{Observations: obs.Observations, Pods: pods, Stats: obs.Pods, Layout: obs.Layout}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -250,9 +251,34 @@ func (a *Agent) recordFastReadings() []policy.Observations {
 // the fast poll's reading of the crossing, the wake, the node's observation,
 // the assessment, the pods' usage, the ranking.
 type passStages struct {
-	start, listed, observed, assessed, usage, selected time.Time
+	start, listed, read, observed, assessed, usage, selected time.Time
 	// pollCrossing is the reading that woke the loop, when the poll's.
 	pollCrossing time.Time
+	// usage0 is the process's resource usage at the start: what the pass
+	// waited on (page faults, blocking waits, preemptions) up to the freeze
+	// is its difference with the usage then.
+	usage0 syscall.Rusage
+}
+
+// startPassStages starts a pass's stages at start.
+func startPassStages(start time.Time) passStages {
+	p := passStages{start: start}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &p.usage0)
+	return p
+}
+
+// waits says what the process waited on since the pass started: major and
+// minor page faults, voluntary context switches (blocking: I/O, locks, the
+// runtime's idle threads too) and involuntary ones (preempted by the
+// scheduler). Process-wide, so the agent's other goroutines count too; a
+// stalled step with major faults was reading its own pages back from disk.
+func (p *passStages) waits() string {
+	var now syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &now) != nil {
+		return ""
+	}
+	return fmt.Sprintf("major faults %d, minor faults %d, blocked %d, preempted %d",
+		now.Majflt-p.usage0.Majflt, now.Minflt-p.usage0.Minflt, now.Nvcsw-p.usage0.Nvcsw, now.Nivcsw-p.usage0.Nivcsw)
 }
 
 // pollCrossing is the earliest of the fast poll's readings with the starved
@@ -273,12 +299,15 @@ func (p *passStages) logAttrs() []any {
 	for _, st := range []struct {
 		name string
 		at   time.Time
-	}{{"listed", p.listed}, {"observed", p.observed}, {"assessed", p.assessed}, {"usage", p.usage}, {"selected", p.selected}} {
+	}{{"listed", p.listed}, {"read", p.read}, {"observed", p.observed}, {"assessed", p.assessed}, {"usage", p.usage}, {"selected", p.selected}} {
 		if !st.at.IsZero() {
 			steps = append(steps, fmt.Sprintf("%s +%v", st.name, st.at.Sub(p.start).Round(10*time.Microsecond)))
 		}
 	}
 	attrs := []any{"passStart", p.start.Format(time.RFC3339Nano), "passSteps", strings.Join(steps, ", ")}
+	if w := p.waits(); w != "" {
+		attrs = append(attrs, "passWaits", w)
+	}
 	if !p.pollCrossing.IsZero() {
 		attrs = append(attrs, "pollCrossing", p.pollCrossing.Format(time.RFC3339Nano))
 	}

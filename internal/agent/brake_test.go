@@ -392,7 +392,8 @@ func TestBrake_FrozenLogLineSplitsTheTimeFromTheCrossing(t *testing.T) {
 	}
 	for _, want := range []string{
 		`"pollCrossing":"` + below.Format(time.RFC3339Nano) + `"`, // not the reading above the threshold
-		`"passStart":"`, `"passSteps":"listed +`, `, observed +`, `, assessed +`, `, usage +`, `, selected +`,
+		`"passStart":"`, `"passSteps":"listed +`, `, read +`, `, observed +`, `, assessed +`, `, usage +`, `, selected +`,
+		`"passWaits":"major faults `, `, preempted `,
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("frozen log line lacks %s:\n%s", want, line)

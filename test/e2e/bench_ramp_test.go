@@ -112,6 +112,7 @@ type rampResult struct {
 	releasedLatency time.Duration // crossing -> kubepods working set back down by 3/4 of the ramp
 	stoppedLatency  time.Duration // crossing -> the last new peak of kubepods' working set (growth stopped)
 	passSteps       string        // evictiond's pass steps, as its frozen log line gives them
+	passWaits       string        // what evictiond's process waited on in that pass (faults, blocking, preemption)
 	evicted         int           // pods evicted in the episode, all actors
 	bystanders      bystanderEvictions
 	oomKills        int64
@@ -260,9 +261,9 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 		for run := range rampRuns {
 			r := runRampEpisode(t, c, setup, rate, fmt.Sprintf("ramp-%d", n), evictiondUID)
 			n++
-			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s (%s; pass steps: %s), growth stopped %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
+			t.Logf("%s, %s MiB/s, run %d: %s; killed by %s; kubelet %s, evictiond %s, frozen %s (%s; pass steps: %s; pass waits: %s), growth stopped %s, released %s; %d evicted; peak working set %d MiB; achieved %.0f MiB/s; evictiond CPU-throttled %d of %d periods, %s; evictiond waited for a CPU %s",
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
-				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), r.passSteps, fmtLatency(r.stoppedLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
+				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), r.passSteps, r.passWaits, fmtLatency(r.stoppedLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
 				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond), fmtWait(r.runQueueWait))
 			results = append(results, r)
 		}
@@ -378,7 +379,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 		if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
 			res.frozenLatency = f.frozenAt.Sub(s.crossing)
 			res.freezeSplit = f.split(s.crossing)
-			res.passSteps = f.passSteps
+			res.passSteps, res.passWaits = f.passSteps, f.passWaits
 		}
 	}
 	if !s.released.IsZero() {
@@ -563,7 +564,7 @@ func auditEvictionTime(t *testing.T, auditPath, namespace string, since time.Tim
 // crossing), when the freeze was written and when the kernel reported the pod frozen.
 type brakeFreeze struct {
 	pollCrossing, passStart, assessed, freezeStart, frozenAt time.Time
-	passSteps                                                string
+	passSteps, passWaits                                     string
 }
 
 // brakeFrozen finds evictiond's "brake: pod frozen" log line for the hog of namespace after
@@ -583,12 +584,13 @@ func brakeFrozen(t *testing.T, c *cluster.Cluster, namespace string, since time.
 			Crossing     time.Time
 			FreezeTook   time.Duration // slog's JSON: nanoseconds
 			PassSteps    string
+			PassWaits    string
 		}
 		if json.Unmarshal([]byte(line[i:]), &rec) != nil || rec.Pod != namespace+"/hog" || rec.FrozenAt.IsZero() {
 			continue
 		}
 		return brakeFreeze{pollCrossing: rec.PollCrossing, passStart: rec.PassStart, assessed: rec.Crossing,
-			freezeStart: rec.FrozenAt.Add(-rec.FreezeTook), frozenAt: rec.FrozenAt, passSteps: rec.PassSteps}, true
+			freezeStart: rec.FrozenAt.Add(-rec.FreezeTook), frozenAt: rec.FrozenAt, passSteps: rec.PassSteps, passWaits: rec.PassWaits}, true
 	}
 	return brakeFreeze{}, false
 }
