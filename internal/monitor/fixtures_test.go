@@ -384,6 +384,17 @@ func TestRuntimeFilesystemsAreNotAskedOnEveryPass(t *testing.T) {
 	if r := readingOf(s, policy.SignalImageFsAvailable); r.Source != SourceCRI || rt.fsInfoCalls != 3 {
 		t.Fatalf("stale answer: imagefs source %q after %d calls, want %q after 3", r.Source, rt.fsInfoCalls, SourceCRI)
 	}
+
+	// With the refresher running, a pass never asks, however old the answer: a runtime
+	// starved of CPU answers late, and the pass at a memory crossing must not wait for it.
+	m.mu.Lock()
+	m.refreshing = true
+	m.runtimeFs.at = time.Now().Add(-10 * m.cfg.HousekeepingInterval)
+	m.mu.Unlock()
+	s = m.ObserveNode(ctx)
+	if r := readingOf(s, policy.SignalImageFsAvailable); r.Source != SourceCRI || rt.fsInfoCalls != 3 {
+		t.Fatalf("old answer, refresher running: imagefs source %q after %d calls, want %q after 3", r.Source, rt.fsInfoCalls, SourceCRI)
+	}
 }
 
 func TestCgroupRootWithSystemdSlices(t *testing.T) {

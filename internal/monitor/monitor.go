@@ -150,6 +150,10 @@ type Monitor struct {
 	// runtimeFs is the CRI's last answer on its filesystems (see
 	// runtimeFilesystems).
 	runtimeFs runtimeFsAnswer
+	// refreshing: Start's refresher keeps runtimeFs (and the pods' disk
+	// usage) fresh, so a pass never asks the runtime itself once it has an
+	// answer.
+	refreshing bool
 	// runtimeFailing is which CRI calls failed last time, to log transitions.
 	runtimeFailing map[string]bool
 	// fsThresholds pace the disk refresher (diskpace.go); fsFar says the last
@@ -311,8 +315,16 @@ func (m *Monitor) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	m.stopRefresh = cancel
 	m.refreshDone = make(chan struct{})
+	m.mu.Lock()
+	m.refreshing = true
+	m.mu.Unlock()
 	go func() {
 		defer close(m.refreshDone)
+		defer func() {
+			m.mu.Lock()
+			m.refreshing = false
+			m.mu.Unlock()
+		}()
 		t := time.NewTicker(m.cfg.HousekeepingInterval)
 		defer t.Stop()
 		for {

@@ -265,13 +265,18 @@ type runtimeFsAnswer struct {
 // processes that compete for the CPU with the workload causing the
 // pressure, before it could decide. It is read here only when no answer is
 // that recent (the first pass; a monitor not started, as `evictiond
-// observe`). A failed answer is kept too: the pass falls back without
-// waiting on a runtime that hangs.
+// observe`). While the refresher runs, an older answer is used as it is:
+// a runtime starved of CPU answers late (on a busy node containerd took the
+// whole RuntimeTimeout, 2 s, and a refresher that then also walked the pods'
+// disks let the answer age past the interval), and a pass that asked it
+// again waited those 2 s between a memory crossing and its freeze (make
+// bench-ramp, busy setups with the host's CPUs taken). A failed answer is
+// kept too: the pass falls back without waiting on a runtime that hangs.
 func (m *Monitor) runtimeFilesystems(ctx context.Context) (nodefs.RuntimeFilesystems, error) {
 	m.mu.Lock()
-	a := m.runtimeFs
+	a, refreshed := m.runtimeFs, m.refreshing
 	m.mu.Unlock()
-	if a.at.IsZero() || time.Since(a.at) > m.cfg.HousekeepingInterval+m.cfg.RuntimeTimeout {
+	if a.at.IsZero() || !refreshed && time.Since(a.at) > m.cfg.HousekeepingInterval+m.cfg.RuntimeTimeout {
 		a = m.refreshRuntimeFs(ctx)
 	}
 	return a.fs, a.err
