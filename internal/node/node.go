@@ -216,7 +216,7 @@ func (n *Node) notifyOptions(c *policy.Config) notify.Options {
 	opts.KubepodsCgroup = n.kubepods
 	opts.ReadMemory = func() (policy.Observations, error) { return n.ObserveFast(), nil }
 	opts.Logger, opts.Metrics = n.log, n.notifyMetrics // notify adds its component
-	opts.Urgent = n.rt.Hold
+	opts.Urgent, opts.Sentinel = n.rt.Hold, n.rt.Sentinel
 	return opts
 }
 

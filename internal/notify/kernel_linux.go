@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,15 @@ func (m *Manager) runKernel(ctx context.Context) {
 
 	var stopping atomic.Bool
 	served := make(chan error, 1)
-	go func() { served <- r.serve(stopping.Load) }()
+	go func() {
+		if m.opts.Sentinel != nil {
+			// The reactor's own thread, kept real-time between boosts: never
+			// unlocked, so the thread ends with the goroutine.
+			runtime.LockOSThread()
+			defer m.opts.Sentinel()()
+		}
+		served <- r.serve(stopping.Load)
+	}()
 	defer func() {
 		stopping.Store(true)
 		r.kick()

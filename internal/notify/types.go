@@ -210,6 +210,13 @@ type Options struct {
 	// PollRampRate (100 MiB at the defaults). The realtime boost
 	// (internal/rtboost) hangs here. It must not block.
 	Urgent func()
+	// Sentinel, when set, is called on the thread that waits on the
+	// kernel's notifications (locked to it) and keeps that thread
+	// real-time between boosts (rtboost.Booster.Sentinel), so that a memcg
+	// event's handler, which calls Urgent, runs at once on a node whose CPUs
+	// are all taken; the function it returns is called on the same thread
+	// when the notifiers stop.
+	Sentinel func() (release func())
 
 	Logger  *slog.Logger
 	Metrics *Metrics

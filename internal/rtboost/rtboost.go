@@ -146,6 +146,10 @@ type Booster struct {
 	rtprioErr error // setting RLIMIT_RTPRIO failed (for the refusal's log)
 	boosts    int
 	overCPU   int // boosts ended by the CPU bound
+	// sentinels are the threads kept in SCHED_FIFO between boosts too
+	// (Sentinel); restTimer raises them again when a rest ends.
+	sentinels map[int]bool
+	restTimer *time.Timer
 }
 
 // New returns a disabled Booster; Enable turns it on.
@@ -186,6 +190,7 @@ func (b *Booster) Enable(on bool) error {
 	b.stop = make(chan struct{})
 	signal.Notify(b.xcpu, syscall.SIGXCPU)
 	go b.watchXCPU(b.xcpu, b.stop)
+	b.raiseSentinelsLocked()
 	return nil
 }
 
@@ -200,8 +205,7 @@ func (b *Booster) watchXCPU(xcpu <-chan os.Signal, stop <-chan struct{}) {
 			b.mu.Lock()
 			b.log.Warn("realtime boost: a thread ran its RLIMIT_RTTIME soft limit without blocking; lowered to SCHED_OTHER for the rest period",
 				"softLimit", b.opts.RTTimeSoft, "rest", b.opts.Rest)
-			b.lowerLocked("RLIMIT_RTTIME")
-			b.restUntil = time.Now().Add(b.opts.Rest)
+			b.restLocked("RLIMIT_RTTIME")
 			b.mu.Unlock()
 		}
 	}
@@ -222,8 +226,7 @@ func (b *Booster) Hold() {
 	b.until = now.Add(b.opts.Hold)
 	if b.raised {
 		if now.Sub(b.since) >= b.opts.MaxBoost {
-			b.lowerLocked("maxBoost")
-			b.restUntil = now.Add(b.opts.Rest)
+			b.restLocked("maxBoost")
 			return
 		}
 		if now.Sub(b.lastScan) >= rescanEvery {
@@ -232,13 +235,7 @@ func (b *Booster) Hold() {
 		return
 	}
 	if err := b.raiseAllLocked(now); err != nil {
-		b.unusable = err
-		b.lowerLocked("refused")
-		attrs := []any{"err", err}
-		if b.rtprioErr != nil {
-			attrs = append(attrs, "rlimitRTPRIO", b.rtprioErr)
-		}
-		b.log.Warn("realtime boost unavailable; the brake reacts with its CPU weight alone", attrs...)
+		b.refuseLocked(err)
 		return
 	}
 	b.raised, b.since = true, now
@@ -277,8 +274,7 @@ func (b *Booster) watchCPU(n int) {
 			b.overCPU++
 			b.log.Warn("realtime boost: the agent used more CPU than its bound while boosted; lowered to SCHED_OTHER for the rest period",
 				"used", used, "window", b.opts.CPUWindow, "bound", budget, "rest", b.opts.Rest)
-			b.lowerLocked("cpu")
-			b.restUntil = time.Now().Add(b.opts.Rest)
+			b.restLocked("cpu")
 			b.mu.Unlock()
 			return
 		}
@@ -307,6 +303,92 @@ func (b *Booster) expire() {
 		return
 	}
 	b.lowerLocked("idle")
+	b.raiseSentinelsLocked()
+}
+
+// refuseLocked records that SCHED_FIFO is refused: every thread lowered,
+// logged once, no further tries until the next Enable.
+func (b *Booster) refuseLocked(err error) {
+	b.unusable = err
+	b.lowerLocked("refused")
+	attrs := []any{"err", err}
+	if b.rtprioErr != nil {
+		attrs = append(attrs, "rlimitRTPRIO", b.rtprioErr)
+	}
+	b.log.Warn("realtime boost unavailable; the brake reacts with its CPU weight alone", attrs...)
+}
+
+// restLocked ends a boost that reached a bound (why): every thread, the
+// sentinels too, in SCHED_OTHER for Rest; then the sentinels are raised
+// again.
+func (b *Booster) restLocked(why string) {
+	b.lowerLocked(why)
+	b.restUntil = time.Now().Add(b.opts.Rest)
+	if b.restTimer != nil {
+		b.restTimer.Stop()
+	}
+	b.restTimer = time.AfterFunc(b.opts.Rest, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.raised {
+			b.raiseSentinelsLocked()
+		}
+	})
+}
+
+// Sentinel keeps the calling thread in SCHED_FIFO at Priority whenever the
+// boost is enabled and not resting, between boosts too: the thread that
+// waits on the kernel's notifications (internal/notify's reactor), so that
+// its wake-up at a memory crossing runs at once, whatever holds the CPUs,
+// and asks for the boost (Hold) before anything else of the agent must run.
+// A boost that waited for that first wake-up to get a CPU at the pod's
+// weight came 240-460 ms late on a node whose CPUs were all taken (make
+// bench-ramp, busy setups with the host's CPUs taken too).
+//
+// The caller must have locked its goroutine to the thread
+// (runtime.LockOSThread) and must spend its time blocked in the kernel; the
+// bounds are the boost's: RLIMIT_RTTIME and the CPU bound lower it with
+// every other thread, and it rests with them. release lowers the thread and
+// forgets it; call it from the same thread (then end the goroutine without
+// unlocking: its thread exits with it).
+func (b *Booster) Sentinel() (release func()) {
+	if b == nil {
+		return func() {}
+	}
+	tid := unix.Gettid()
+	b.mu.Lock()
+	if b.sentinels == nil {
+		b.sentinels = map[int]bool{}
+	}
+	b.sentinels[tid] = true
+	b.raiseSentinelsLocked()
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		delete(b.sentinels, tid)
+		b.mu.Unlock()
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+		_ = unix.SchedSetAttr(tid, &attr, 0)
+	}
+}
+
+// raiseSentinelsLocked puts the sentinels in SCHED_FIFO unless the boost is
+// off, refused or resting. A refusal is the boost's (logged once).
+func (b *Booster) raiseSentinelsLocked() {
+	if !b.enabled || b.unusable != nil || time.Now().Before(b.restUntil) {
+		return
+	}
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.Priority), Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	for tid := range b.sentinels {
+		err := unix.SchedSetAttr(tid, &attr, 0)
+		switch {
+		case errors.Is(err, unix.ESRCH):
+			delete(b.sentinels, tid)
+		case err != nil:
+			b.refuseLocked(fmt.Errorf("sched_setattr(%d, SCHED_FIFO %d): %w", tid, b.opts.Priority, err))
+			return
+		}
+	}
 }
 
 // Boosted reports whether the threads are raised now, and how many boosts

@@ -276,6 +276,8 @@ func unprivilegedChild() error {
 	if err := b.Enable(true); err != nil {
 		return fmt.Errorf("Enable without the privilege: %w, want the refusal at the first boost only", err)
 	}
+	sentinel := b.Sentinel() // this thread (locked above): refused with the boost
+	defer sentinel()
 	b.Hold()
 	raised, _ := b.Boosted()
 	if raised || b.unusable == nil || b.rtprioErr == nil {
@@ -320,4 +322,108 @@ func TestBoostRefusedWithoutThePrivilege(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+}
+
+// The sentinel (the thread that waits on the kernel's notifications) is SCHED_FIFO as soon as it
+// registers and between boosts, while every other thread goes back to SCHED_OTHER after a boost;
+// it rests with the others when a boost reaches a bound and is raised again after the rest; it
+// is lowered when the boost is turned off and raised when it is turned on again; released, it is
+// SCHED_OTHER. A sentinel in an unprivileged process is refused with the boost
+// (unprivilegedChild).
+func TestSentinelStaysRealtimeBetweenBoosts(t *testing.T) {
+	requireAll(t, schedOther, "before any boost")
+	const hold, maxBoost, rest = 200 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond
+	b := enabled(t, Options{Hold: hold, MaxBoost: maxBoost, Rest: rest})
+
+	tidc, releasec, released := make(chan int), make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		release := b.Sentinel()
+		tidc <- unix.Gettid()
+		<-releasec
+		release()
+		close(released)
+	}()
+	tid := <-tidc
+	policyOf := func() uint32 {
+		t.Helper()
+		a, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			t.Fatalf("sched_getattr(%d): %v", tid, err)
+		}
+		if a.Policy == unix.SCHED_FIFO && a.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 {
+			t.Fatalf("sentinel %d is SCHED_FIFO without SCHED_FLAG_RESET_ON_FORK", tid)
+		}
+		return a.Policy
+	}
+	othersAre := func(policy uint32, what string) {
+		t.Helper()
+		for other, a := range policies(t) {
+			if other != tid && a.Policy != policy {
+				t.Fatalf("%s: thread %d has policy %d, want %d", what, other, a.Policy, policy)
+			}
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5s: %s", what)
+			}
+		}
+	}
+
+	if p := policyOf(); p != unix.SCHED_FIFO {
+		t.Fatalf("sentinel registered with the boost enabled: policy %d, want SCHED_FIFO", p)
+	}
+	othersAre(schedOther, "no boost yet")
+
+	// A boost and its end: the others back in SCHED_OTHER, the sentinel still SCHED_FIFO.
+	b.Hold()
+	if raised, _ := b.Boosted(); !raised {
+		t.Fatalf("not boosted after Hold: %v", b.unusable)
+	}
+	waitFor("the boost ends Hold after the last request", func() bool { raised, _ := b.Boosted(); return !raised })
+	if p := policyOf(); p != unix.SCHED_FIFO {
+		t.Fatalf("sentinel after a boost: policy %d, want SCHED_FIFO", p)
+	}
+	othersAre(schedOther, "after the boost")
+
+	// A boost held past MaxBoost rests: the sentinel too, then it is raised again.
+	start := time.Now()
+	for time.Since(start) < maxBoost+2*hold {
+		b.Hold()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if raised, _ := b.Boosted(); raised {
+		t.Fatalf("still boosted %v after the first Hold (MaxBoost %v)", time.Since(start), maxBoost)
+	}
+	if p := policyOf(); p != schedOther && time.Now().Before(b.restUntil) {
+		t.Fatalf("sentinel while resting: policy %d, want SCHED_OTHER", p)
+	}
+	waitFor("the sentinel is SCHED_FIFO again after the rest", func() bool { return policyOf() == unix.SCHED_FIFO })
+	if time.Now().Before(b.restUntil) {
+		t.Fatalf("sentinel raised %v before the rest ended", time.Until(b.restUntil))
+	}
+
+	// Off and on again (a configuration reload).
+	if err := b.Enable(false); err != nil {
+		t.Fatal(err)
+	}
+	if p := policyOf(); p != schedOther {
+		t.Fatalf("sentinel with the boost off: policy %d, want SCHED_OTHER", p)
+	}
+	if err := b.Enable(true); err != nil {
+		t.Fatal(err)
+	}
+	if p := policyOf(); p != unix.SCHED_FIFO {
+		t.Fatalf("sentinel with the boost on again: policy %d, want SCHED_FIFO", p)
+	}
+
+	close(releasec)
+	<-released
+	if a, err := unix.SchedGetAttr(tid, 0); err == nil && a.Policy != schedOther {
+		t.Fatalf("released sentinel: policy %d, want SCHED_OTHER (or its thread gone)", a.Policy)
+	}
+	othersAre(schedOther, "after the release")
 }
