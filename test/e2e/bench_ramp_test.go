@@ -423,6 +423,17 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	if res.oomKills > 0 && res.killedBy != "OOM killer" {
 		res.killedBy += " + OOM killer"
 	}
+	if setup.evictiondMode != "" && res.oomKills > 0 {
+		// An OOM kill with the agent at work: its own account of the episode, to read why.
+		var lines []string
+		for _, l := range evictiondLogLines(t, c, `"level":"`, episodeStart) {
+			if !strings.Contains(l, `"level":"DEBUG"`) {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("%s, %s MiB/s: an OOM kill; evictiond's log since the episode's start (last %d of %d lines):\n%s",
+			setup.name, rate.label, min(len(lines), 40), len(lines), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
 
 	grace := int64(0)
 	_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{})
