@@ -8,7 +8,10 @@
 // crossing's path runs through several goroutines (the reactor's eventfd, the
 // poll, the loop's pass, the freeze), and the Go runtime hands a woken
 // goroutine from thread to thread; one real-time thread would still wait for
-// the others' CPU at every hand-off.
+// the others' CPU at every hand-off. One thread is real-time between boosts
+// too, the Sentinel: the one that waits on the kernel's notifications, so
+// that the request for the boost at a memory crossing does not itself wait
+// for a CPU.
 //
 // Bounds, so that a real-time evictiond can never starve the node:
 //   - time: a boost lasts Hold past the last request and at most MaxBoost in
