@@ -3,6 +3,7 @@ package reclaim
 import (
 	"context"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,5 +107,27 @@ func TestCRICallsAreBoundedByTheTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("ListContainers returned after %s, want about the 200ms call timeout", d)
+	}
+}
+
+// The agent calls the CRI through cri-api's generated clients: k8s.io/cri-client, and the
+// OpenTelemetry and component-base packages it brings, must not come back into the binary
+// (1.4 MB of it and their initialisation in every process, docs/scale.md).
+func TestBinaryDoesNotLinkCRIClient(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../../cmd/evictiond").Output()
+	if err != nil {
+		t.Fatalf("go list -deps cmd/evictiond: %v", err)
+	}
+	var cri bool
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, f := range []string{"k8s.io/cri-client", "go.opentelemetry.io", "k8s.io/component-base"} {
+			if pkg == f || strings.HasPrefix(pkg, f+"/") {
+				t.Errorf("cmd/evictiond links %s: call the CRI through criClient (k8s.io/cri-api's gRPC clients)", pkg)
+			}
+		}
+		cri = cri || pkg == "k8s.io/cri-api/pkg/apis/runtime/v1"
+	}
+	if !cri {
+		t.Errorf("go list found no k8s.io/cri-api in cmd/evictiond's dependencies:\n%s", out)
 	}
 }
