@@ -55,9 +55,11 @@ type criClient struct {
 	timeout time.Duration
 }
 
-// dialCRI connects to endpoint (unix:///path, or a bare /path) and checks that it answers the
-// CRI v1 API (a Version call bounded by timeout), as the kubelet's client does before use.
-func dialCRI(endpoint string, timeout time.Duration) (*criClient, error) {
+// dialCRI connects to endpoint (unix:///path, or a bare /path) and checks, as the kubelet's
+// client does before use, that it answers the CRI v1 API of the services it is dialled for: a
+// Version call for the runtime service, an ImageFsInfo call for the image service, each bounded
+// by timeout.
+func dialCRI(endpoint string, timeout time.Duration, runtimeService, imageService bool) (*criClient, error) {
 	target := endpoint
 	if strings.HasPrefix(target, "/") {
 		target = "unix://" + target
@@ -78,9 +80,17 @@ func dialCRI(endpoint string, timeout time.Duration) (*criClient, error) {
 	c := &criClient{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn), timeout: timeout}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if _, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("validate CRI v1 runtime API for endpoint %q: %w", endpoint, err)
+	if runtimeService {
+		if _, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("validate CRI v1 runtime API for endpoint %q: %w", endpoint, err)
+		}
+	}
+	if imageService {
+		if _, err := c.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{}); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("validate CRI v1 image API for endpoint %q: %w", endpoint, err)
+		}
 	}
 	return c, nil
 }

@@ -57,19 +57,24 @@ func serveCRI(t *testing.T, srv runtimeapi.RuntimeServiceServer) string {
 }
 
 func TestDialCRIRejectsANonUnixEndpoint(t *testing.T) {
-	_, err := dialCRI("tcp://127.0.0.1:1234", time.Second)
+	_, err := dialCRI("tcp://127.0.0.1:1234", time.Second, true, true)
 	if err == nil || !strings.Contains(err.Error(), `"tcp://127.0.0.1:1234"`) || !strings.Contains(err.Error(), "unix socket") {
 		t.Fatalf("err = %v, want one naming the endpoint and the unix-socket rule", err)
 	}
 }
 
 func TestDialCRIChecksTheV1API(t *testing.T) {
-	ep := serveCRI(t, nil)
-	_, err := dialCRI(ep, 5*time.Second)
+	_, err := dialCRI(serveCRI(t, nil), 5*time.Second, true, false)
 	if err == nil || !strings.Contains(err.Error(), "validate CRI v1 runtime API") || status.Code(err) != codes.Unimplemented {
-		t.Fatalf("err = %v, want the v1 API check failing as Unimplemented", err)
+		t.Fatalf("err = %v, want the v1 runtime API check failing as Unimplemented", err)
 	}
-	c, err := dialCRI(strings.TrimPrefix(serveCRI(t, &stubRuntime{}), "unix://"), 5*time.Second)
+	// The stub serves the runtime service only: dialled for images too, the image check fails.
+	ep := serveCRI(t, &stubRuntime{})
+	_, err = dialCRI(ep, 5*time.Second, true, true)
+	if err == nil || !strings.Contains(err.Error(), "validate CRI v1 image API") || status.Code(err) != codes.Unimplemented {
+		t.Fatalf("err = %v, want the v1 image API check failing as Unimplemented", err)
+	}
+	c, err := dialCRI(strings.TrimPrefix(ep, "unix://"), 5*time.Second, true, false)
 	if err != nil {
 		t.Fatalf("bare socket path of a v1 runtime: %v", err)
 	}
@@ -78,7 +83,7 @@ func TestDialCRIChecksTheV1API(t *testing.T) {
 
 func TestCRIStatusNeedsBothConditions(t *testing.T) {
 	stub := &stubRuntime{conditions: []*runtimeapi.RuntimeCondition{{Type: runtimeapi.RuntimeReady, Status: true}}}
-	c, err := dialCRI(serveCRI(t, stub), 5*time.Second)
+	c, err := dialCRI(serveCRI(t, stub), 5*time.Second, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +100,7 @@ func TestCRIStatusNeedsBothConditions(t *testing.T) {
 func TestCRICallsAreBoundedByTheTimeout(t *testing.T) {
 	stub := &stubRuntime{block: make(chan struct{})}
 	defer close(stub.block)
-	c, err := dialCRI(serveCRI(t, stub), 200*time.Millisecond)
+	c, err := dialCRI(serveCRI(t, stub), 200*time.Millisecond, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -286,13 +286,14 @@ func (r *Reclaimer) dial() (runtimeService, imageService, error) {
 			}
 		}
 	}
-	rc, err := dialCRI(r.opts.RuntimeEndpoint, r.opts.CallTimeout)
+	shared := r.opts.ImageEndpoint == r.opts.RuntimeEndpoint
+	rc, err := dialCRI(r.opts.RuntimeEndpoint, r.opts.CallTimeout, true, shared)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to CRI runtime service %s: %w", r.opts.RuntimeEndpoint, err)
 	}
 	ic := rc
-	if r.opts.ImageEndpoint != r.opts.RuntimeEndpoint {
-		if ic, err = dialCRI(r.opts.ImageEndpoint, r.opts.CallTimeout); err != nil {
+	if !shared {
+		if ic, err = dialCRI(r.opts.ImageEndpoint, r.opts.CallTimeout, false, true); err != nil {
 			_ = rc.Close()
 			return nil, nil, fmt.Errorf("connecting to CRI image service %s: %w", r.opts.ImageEndpoint, err)
 		}
