@@ -99,8 +99,7 @@ func PodRefsFromPods(pods []*v1.Pod) []PodRef {
 
 // RuntimeStats is the part of the CRI the monitor reads: the image and
 // container filesystems, and each container's writable layer. Its method set
-// matches k8s.io/cri-api's RuntimeService and ImageManagerService, so the CRI
-// client of internal/reclaim (or k8s.io/cri-client) satisfies it as is.
+// matches k8s.io/cri-api's RuntimeService and ImageManagerService.
 type RuntimeStats interface {
 	ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error)
 	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -34,7 +33,7 @@ type runtimePods struct {
 	runningUIDs map[types.UID]bool
 }
 
-func listRuntimePods(ctx context.Context, rt internalapi.RuntimeService) (*runtimePods, error) {
+func listRuntimePods(ctx context.Context, rt runtimeService) (*runtimePods, error) {
 	sandboxes, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI ListPodSandbox: %w", err)
@@ -178,7 +177,7 @@ func newerContainer(a, b *runtimeapi.Container) bool {
 
 // collectContainers removes dead containers and sandboxes (see planContainerGC), and the log
 // file of each removed container, as the kubelet does.
-func (r *Reclaimer) collectContainers(ctx context.Context, rt internalapi.RuntimeService, req Request, res *Result) error {
+func (r *Reclaimer) collectContainers(ctx context.Context, rt runtimeService, req Request, res *Result) error {
 	pods, err := listRuntimePods(ctx, rt)
 	if err != nil {
 		return err

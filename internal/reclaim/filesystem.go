@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	internalapi "k8s.io/cri-api/pkg/apis"
-
 	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
 )
@@ -47,7 +45,7 @@ const (
 
 // filesystemFor picks the filesystem (and unit) measured for req: the signal's, or the step's
 // own when no signal is given.
-func (r *Reclaimer) filesystemFor(ctx context.Context, is internalapi.ImageManagerService, req Request) (measuredFS, error) {
+func (r *Reclaimer) filesystemFor(ctx context.Context, is imageService, req Request) (measuredFS, error) {
 	kind := map[policy.ReclaimStep]fsKind{
 		policy.ReclaimContainerGC: fsContainer,
 		policy.ReclaimImageGC:     fsImage,

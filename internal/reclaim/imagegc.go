@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -19,7 +18,7 @@ import (
 // refer to their image: the spec they were created from, the resolved image ref and image ID.
 type imagesInUse map[string]bool
 
-func listImagesInUse(ctx context.Context, rt internalapi.RuntimeService) (imagesInUse, error) {
+func listImagesInUse(ctx context.Context, rt runtimeService) (imagesInUse, error) {
 	containers, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{})
 	if err != nil {
 		return nil, fmt.Errorf("CRI ListContainers: %w", err)
@@ -109,7 +108,7 @@ func (m pinnedMatcher) pins(img *runtimeapi.Image) bool {
 // it reports the image of pinned_images.sandbox pinned instead (Image.pinned, which
 // pinnedMatcher honours), as 1.7 does. A runtime that does neither is covered by
 // Options.PinnedImages.
-func sandboxImage(ctx context.Context, rt internalapi.RuntimeService) string {
+func sandboxImage(ctx context.Context, rt runtimeService) string {
 	st, err := rt.Status(ctx, true)
 	if err != nil {
 		return ""
@@ -142,7 +141,7 @@ func (r *Reclaimer) TrackImages(ctx context.Context) error {
 	return err
 }
 
-func (r *Reclaimer) trackImages(ctx context.Context, rt internalapi.RuntimeService, is internalapi.ImageManagerService) ([]*runtimeapi.Image, imagesInUse, error) {
+func (r *Reclaimer) trackImages(ctx context.Context, rt runtimeService, is imageService) ([]*runtimeapi.Image, imagesInUse, error) {
 	imgs, err := is.ListImages(ctx, &runtimeapi.ImageFilter{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("CRI ListImages: %w", err)
@@ -212,7 +211,7 @@ func (r *Reclaimer) imagesInEvictionOrder(imgs []*runtimeapi.Image, used imagesI
 // collectImages removes unused images in LRU order until the gain measured on fs reaches
 // req.Need. Right before each removal it lists containers again: an image that a container
 // created meanwhile uses is kept (and marked used).
-func (r *Reclaimer) collectImages(ctx context.Context, rt internalapi.RuntimeService, is internalapi.ImageManagerService,
+func (r *Reclaimer) collectImages(ctx context.Context, rt runtimeService, is imageService,
 	req Request, fs measuredFS, before int64, res *Result) error {
 	if req.Need <= 0 {
 		r.log.Info("image GC: nothing needed", "need", req.Need)

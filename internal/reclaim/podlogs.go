@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-	internalapi "k8s.io/cri-api/pkg/apis"
 )
 
 // podUIDFromLogDir parses the kubelet's pod log directory name, <namespace>_<name>_<uid>.
@@ -27,7 +26,7 @@ func podUIDFromLogDir(name string) (types.UID, bool) {
 // evictPodLogsDirectories), then dangling links in the container log directory. A directory is
 // kept when its pod is live, has a ready sandbox or a running container, or when it was
 // modified within PodLogsMinAge. With an unknown live set nothing is removed but dangling links.
-func (r *Reclaimer) cleanPodLogs(ctx context.Context, rt internalapi.RuntimeService, req Request, res *Result) error {
+func (r *Reclaimer) cleanPodLogs(ctx context.Context, rt runtimeService, req Request, res *Result) error {
 	if req.LivePods == nil {
 		r.log.Warn("pod log cleanup: live pod set unknown, keeping every pod log directory")
 		res.Errors = append(res.Errors, ErrLivePodsUnknown)

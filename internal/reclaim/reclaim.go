@@ -32,15 +32,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
-
-	criclient "k8s.io/cri-client/pkg"
 
 	"github.com/evictiond/evictiond/internal/nodefs"
 	"github.com/evictiond/evictiond/internal/policy"
@@ -216,10 +212,11 @@ type Reclaimer struct {
 	runMu sync.Mutex // one step or tracking pass at a time: they share the image state
 
 	mu      sync.Mutex // guards the connections, created on first use
-	runtime internalapi.RuntimeService
-	images  internalapi.ImageManagerService
+	runtime runtimeService
+	images  imageService
+	conns   []*criClient // one when the runtime and image endpoints are the same
 	// lastConnectErr and lastConnectAt hold back reconnection attempts for connectRetryInterval:
-	// cri-client leaves a gRPC connection behind on every failed attempt, and the loop would
+	// a failed attempt costs a Version call's timeout when the runtime hangs, and the loop would
 	// otherwise try every pass while the runtime is down.
 	lastConnectErr error
 	lastConnectAt  time.Time
@@ -254,19 +251,15 @@ func (r *Reclaimer) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
-	if r.runtime != nil {
-		errs = append(errs, r.runtime.Close())
-		r.runtime = nil
+	for _, c := range r.conns {
+		errs = append(errs, c.Close())
 	}
-	if r.images != nil {
-		errs = append(errs, r.images.Close())
-		r.images = nil
-	}
+	r.conns, r.runtime, r.images = nil, nil, nil
 	return errors.Join(errs...)
 }
 
 // connect returns the runtime and image services, connecting first when needed.
-func (r *Reclaimer) connect() (internalapi.RuntimeService, internalapi.ImageManagerService, error) {
+func (r *Reclaimer) connect() (runtimeService, imageService, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.runtime != nil && r.images != nil {
@@ -284,30 +277,30 @@ func (r *Reclaimer) connect() (internalapi.RuntimeService, internalapi.ImageMana
 // connectRetryInterval is the least time between two connection attempts to the runtime.
 const connectRetryInterval = 5 * time.Second
 
-func (r *Reclaimer) dial() (internalapi.RuntimeService, internalapi.ImageManagerService, error) {
+func (r *Reclaimer) dial() (runtimeService, imageService, error) {
 	for _, ep := range []string{r.opts.RuntimeEndpoint, r.opts.ImageEndpoint} {
-		// A missing socket fails at once, without leaving a connection behind.
+		// A missing socket fails at once.
 		if sock, ok := strings.CutPrefix(ep, "unix://"); ok {
 			if _, err := os.Stat(sock); err != nil {
 				return nil, nil, fmt.Errorf("connecting to CRI endpoint %s: %w", ep, err)
 			}
 		}
 	}
-	logger := logr.FromSlogHandler(r.log.Handler())
-	if r.runtime == nil {
-		rs, err := criclient.NewRemoteRuntimeService(r.opts.RuntimeEndpoint, r.opts.CallTimeout, nil, &logger)
-		if err != nil {
-			return nil, nil, fmt.Errorf("connecting to CRI runtime service %s: %w", r.opts.RuntimeEndpoint, err)
-		}
-		r.runtime = rs
+	shared := r.opts.ImageEndpoint == r.opts.RuntimeEndpoint
+	rc, err := dialCRI(r.opts.RuntimeEndpoint, r.opts.CallTimeout, true, shared)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to CRI runtime service %s: %w", r.opts.RuntimeEndpoint, err)
 	}
-	if r.images == nil {
-		is, err := criclient.NewRemoteImageService(r.opts.ImageEndpoint, r.opts.CallTimeout, nil, &logger)
-		if err != nil {
+	ic := rc
+	if !shared {
+		if ic, err = dialCRI(r.opts.ImageEndpoint, r.opts.CallTimeout, false, true); err != nil {
+			_ = rc.Close()
 			return nil, nil, fmt.Errorf("connecting to CRI image service %s: %w", r.opts.ImageEndpoint, err)
 		}
-		r.images = is
+		r.conns = append(r.conns, ic)
 	}
+	r.conns = append(r.conns, rc)
+	r.runtime, r.images = rc, ic
 	return r.runtime, r.images, nil
 }
 
