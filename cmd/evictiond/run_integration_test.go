@@ -368,8 +368,8 @@ func createNode(t testing.TB, name string) {
 func createPods(t testing.TB, namespace, node string, n int) []*corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s: %v", namespace, err)
+	if err := env.CreateNamespace(ctx, namespace); err != nil {
+		t.Fatal(err)
 	}
 	var pods []*corev1.Pod
 	for i := range n {

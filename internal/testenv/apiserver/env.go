@@ -370,6 +370,26 @@ func (e *Env) waitControllersCatchUp(timeout time.Duration) error {
 	return nil
 }
 
+// CreateNamespace creates a namespace and waits for the controller manager to
+// give it its default ServiceAccount: the ServiceAccount admission plugin
+// refuses a pod in a namespace that has none yet ("error looking up service
+// account"), which the daemon tier once hit under load.
+func (e *Env) CreateNamespace(ctx context.Context, name string) error {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := e.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s: no default ServiceAccount within 60s: %w", name, err)
+	}
+	return nil
+}
+
 // Stop stops every component and removes the working directory (unless KeepDir).
 func (e *Env) Stop() {
 	for _, p := range []*proc.Process{e.scheduler, e.kcm, e.apiserver, e.etcd} {
