@@ -130,7 +130,10 @@ func (b *brakeState) recordHistory(obs Observations, now time.Time) {
 		for drop < len(h)-1 && (len(h)-drop > brakeHistory || now.Sub(h[drop].Time) > brakeHistoryWindow) {
 			drop++
 		}
-		b.history[sig] = append(h[:0:0], h[drop:]...)
+		if drop > 0 { // in place: a pass at 110 pods allocated the whole history again per reading
+			h = h[:copy(h, h[drop:])]
+		}
+		b.history[sig] = h
 	}
 }
 
