@@ -350,6 +350,8 @@ func (m *Manager) runPoll(ctx context.Context) {
 		return
 	case <-m.firstArm:
 	}
+	sleep, release := m.pollSleeper(ctx)
+	defer release()
 	met := map[string]bool{}
 	var lastErr string
 	for {
@@ -365,23 +367,45 @@ func (m *Manager) runPoll(ctx context.Context) {
 		}
 		m.setPollActive(true)
 		pacer := newPollPacer(m.opts.PollMinInterval, m.opts.PollRampRate)
-		timer := time.NewTimer(0)
-		<-timer.C
 		for m.pollNeeded() {
 			var obs policy.Observations
 			obs, lastErr = m.pollRead(met, lastErr)
 			cur := m.current()
-			timer.Reset(pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle))
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if !sleep(pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)) {
 				m.setPollActive(false)
 				return
-			case <-timer.C:
 			}
 		}
-		timer.Stop()
 	}
+}
+
+// pollSleeper returns how the poll waits between reads: sleep(d) waits d, or
+// until ctx ends (then false). With a Sentinel the poll's goroutine is locked
+// to its thread, which is kept real-time, and waits in the kernel (ppoll on
+// an eventfd that ctx's end writes) rather than on a Go timer: a timer is
+// fired by whichever runtime thread checks the timers, at the pod's CPU
+// weight, so a real-time poll would still wake late on a node whose CPUs are
+// all taken. The kernel wakes this thread itself at the deadline.
+func (m *Manager) pollSleeper(ctx context.Context) (sleep func(time.Duration) bool, release func()) {
+	if m.opts.Sentinel != nil {
+		s, release, err := newKernelSleeper(ctx, m.opts.Sentinel)
+		if err == nil {
+			return s, release
+		}
+		m.log.Warn("fast poll: waiting on Go timers, not on the kernel", "err", err)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	return func(d time.Duration) bool {
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+			return true
+		}
+	}, func() {}
 }
 
 // pollOnce reads the memory signals and wakes the loop when any threshold

@@ -5,6 +5,7 @@ package nodev2
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,8 +23,9 @@ import (
 // Debian's kernel, without RT group scheduling) with the chart's capabilities, which hold no
 // CAP_SYS_NICE: with a hard threshold near, the agent's threads go SCHED_FIFO 1 (through
 // RLIMIT_RTPRIO, which CAP_SYS_RESOURCE lets it raise), never higher; once the headroom is back
-// they are all SCHED_OTHER again but one: the sentinel, the thread that waits on the kernel's
-// notifications, SCHED_FIFO 1 before and after the boost (rtboost.Sentinel). It runs with scenarioConfig (installed by
+// they are all SCHED_OTHER again but the sentinels: the thread that waits on the kernel's
+// notifications and the fast poll's, SCHED_FIFO 1 before and after the boost
+// (rtboost.Sentinel). It runs with scenarioConfig (installed by
 // MemoryRampAndNodeStatus: allocatableMemory.available 500Mi, the brake on, brake.realtime left
 // at its default). A functional proof only: under qemu TCG no latency is measured here.
 func testRealtimeBoost(t *testing.T, n *node) {
@@ -41,18 +43,19 @@ func testRealtimeBoost(t *testing.T, n *node) {
 		t.Fatal("scenarioConfig sets brake.realtime: this test proves its default")
 	}
 	policiesScript := agentPoliciesScript(string(pod.UID))
-	// Before any pressure: the sentinel alone.
-	var sentinel []string
+	// Before any pressure: the sentinels alone (on this node both run: the reactor waits on
+	// kubepods' PSI trigger and memory.events, and the poll is v2's memory fast path).
+	var sentinels []string
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		sentinel, _ = n.agentPolicies(t, policiesScript)
-		return len(sentinel) == 1, nil
+		sentinels, _ = n.agentPolicies(t, policiesScript)
+		return len(sentinels) == 2, nil
 	})
 	if err != nil {
 		_, all := n.agentPolicies(t, policiesScript)
-		t.Fatalf("before any pressure, agent threads in SCHED_FIFO: %v of %v; want one, the notifiers' sentinel\n--- evictiond ---\n%s",
-			sentinel, all, grepLines(n.evictiondLog(t, 400), "realtime"))
+		t.Fatalf("before any pressure, agent threads in SCHED_FIFO: %v of %v; want two, the sentinels (the notifiers' thread, the poll's)\n--- evictiond ---\n%s",
+			sentinels, all, grepLines(n.evictiondLog(t, 400), "realtime"))
 	}
-	t.Logf("sentinel: %v", sentinel)
+	t.Logf("sentinels: %v", sentinels)
 
 	// Fill kubepods to 50 MiB above the 500Mi allocatableMemory.available threshold: inside the
 	// 100 MiB within which the poll asks for the boost, outside the threshold itself.
@@ -71,7 +74,7 @@ func testRealtimeBoost(t *testing.T, n *node) {
 	var fifo, all []string
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		fifo, all = n.agentPolicies(t, policiesScript)
-		return len(fifo) > 1, nil
+		return len(fifo) > len(sentinels), nil
 	})
 	if err != nil {
 		l, w := n.kubepodsMemory(t)
@@ -84,17 +87,17 @@ func testRealtimeBoost(t *testing.T, n *node) {
 	}
 
 	// The pressure goes: every thread back in SCHED_OTHER (1 s after the last request) but the
-	// sentinel.
+	// sentinels.
 	if err := n.client.CoreV1().Pods(ns).Delete(context.Background(), hog.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	n.waitPodGone(t, ns, hog.Name, hog.UID, 2*time.Minute)
 	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		fifo, all = n.agentPolicies(t, policiesScript)
-		return len(fifo) == 1 && fifo[0] == sentinel[0], nil
+		return slices.Equal(fifo, sentinels), nil
 	})
 	if err != nil {
-		t.Fatalf("a minute after the pressure went, agent threads real-time: %v of %v; want the sentinel %v alone", fifo, all, sentinel)
+		t.Fatalf("a minute after the pressure went, agent threads real-time: %v of %v; want the sentinels %v alone", fifo, all, sentinels)
 	}
 }
 

@@ -1,0 +1,68 @@
+//go:build linux
+
+package notify
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newKernelSleeper locks the calling goroutine to its thread, makes the
+// thread a sentinel (kept real-time between boosts) and returns a sleep that
+// waits in ppoll(2) on an eventfd written when ctx ends. release lowers the
+// thread and closes the eventfd; the thread stays locked and exits with the
+// goroutine.
+func newKernelSleeper(ctx context.Context, sentinel func() (release func())) (sleep func(time.Duration) bool, release func(), err error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, nil, fmt.Errorf("eventfd: %w", err)
+	}
+	runtime.LockOSThread()
+	lower := sentinel()
+	stop := context.AfterFunc(ctx, func() {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(efd, one[:])
+	})
+	sleep = func(d time.Duration) bool {
+		fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}}
+		deadline := time.Now().Add(d)
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return ctx.Err() == nil
+			}
+			ts := unix.NsecToTimespec(left.Nanoseconds())
+			n, err := unix.Ppoll(fds, &ts, nil)
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				// Cannot wait in the kernel: never spin at real-time priority.
+				lower()
+				t := time.NewTimer(left)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return false
+				case <-t.C:
+					return true
+				}
+			case n > 0:
+				return false // ctx ended
+			}
+		}
+	}
+	release = func() {
+		stop()
+		lower()
+		unix.Close(efd)
+	}
+	return sleep, release, nil
+}
