@@ -394,18 +394,19 @@ func (m *Manager) pollSleeper(ctx context.Context) (sleep func(time.Duration) bo
 		}
 		m.log.Warn("fast poll: waiting on Go timers, not on the kernel", "err", err)
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	return func(d time.Duration) bool {
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false
-		case <-timer.C:
-			return true
-		}
-	}, func() {}
+	return func(d time.Duration) bool { return sleepOnTimer(ctx, d) }, func() {}
+}
+
+// sleepOnTimer waits d on a Go timer, or until ctx ends (then false).
+func sleepOnTimer(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // pollOnce reads the memory signals and wakes the loop when any threshold

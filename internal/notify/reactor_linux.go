@@ -75,10 +75,14 @@ func (r *reactor) remove(fd int, id int32) {
 }
 
 // kick interrupts serve's wait; safe from any goroutine.
-func (r *reactor) kick() {
+func (r *reactor) kick() { signalEventfd(r.kickfd) }
+
+// signalEventfd adds 1 to a nonblocking eventfd's counter, waking its
+// waiters; EAGAIN (the counter full) means a wake is already pending.
+func signalEventfd(fd int) {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
-	_, _ = unix.Write(r.kickfd, one[:]) // EAGAIN means a kick is already pending
+	_, _ = unix.Write(fd, one[:])
 }
 
 // serve waits for events and runs their handlers until stopped() is true

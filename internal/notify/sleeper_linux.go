@@ -4,7 +4,6 @@ package notify
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -25,11 +24,7 @@ func newKernelSleeper(ctx context.Context, sentinel func() (release func())) (sl
 	}
 	runtime.LockOSThread()
 	lower := sentinel()
-	stop := context.AfterFunc(ctx, func() {
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		_, _ = unix.Write(efd, one[:])
-	})
+	stop := context.AfterFunc(ctx, func() { signalEventfd(efd) })
 	sleep = func(d time.Duration) bool {
 		fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}}
 		deadline := time.Now().Add(d)
@@ -46,14 +41,7 @@ func newKernelSleeper(ctx context.Context, sentinel func() (release func())) (sl
 			case err != nil:
 				// Cannot wait in the kernel: never spin at real-time priority.
 				lower()
-				t := time.NewTimer(left)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return false
-				case <-t.C:
-					return true
-				}
+				return sleepOnTimer(ctx, left)
 			case n > 0:
 				return false // ctx ended
 			}

@@ -370,7 +370,7 @@ func (b *Booster) Sentinel() (release func()) {
 		b.mu.Lock()
 		delete(b.sentinels, tid)
 		b.mu.Unlock()
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+		attr := loweredAttr()
 		_ = unix.SchedSetAttr(tid, &attr, 0)
 	}
 }
@@ -381,7 +381,7 @@ func (b *Booster) raiseSentinelsLocked() {
 	if !b.enabled || b.unusable != nil || time.Now().Before(b.restUntil) {
 		return
 	}
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.Priority), Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	attr := b.fifoAttr()
 	for tid := range b.sentinels {
 		err := unix.SchedSetAttr(tid, &attr, 0)
 		switch {
@@ -431,7 +431,7 @@ func raiseRTPrio(priority int) error {
 // with no budget).
 func (b *Booster) raiseAllLocked(now time.Time) error {
 	b.lastScan = now
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.Priority), Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+	attr := b.fifoAttr()
 	tids, err := b.tasks()
 	if err != nil {
 		return err
@@ -449,7 +449,7 @@ func (b *Booster) raiseAllLocked(now time.Time) error {
 // (EPERM, and the thread would stay real-time).
 func (b *Booster) lowerLocked(why string) {
 	if tids, err := b.tasks(); err == nil {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+		attr := loweredAttr()
 		for _, tid := range tids {
 			if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: exited
 				b.log.Error("realtime boost: lowering a thread failed", "tid", tid, "err", err)
@@ -460,6 +460,17 @@ func (b *Booster) lowerLocked(why string) {
 		b.log.Debug("realtime boost ended", "why", why, "took", time.Since(b.since))
 	}
 	b.raised = false
+}
+
+// fifoAttr is SCHED_FIFO at Priority, reset on fork: what a raise sets.
+func (b *Booster) fifoAttr() unix.SchedAttr {
+	return unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.Priority), Flags: unix.SCHED_FLAG_RESET_ON_FORK}
+}
+
+// loweredAttr is SCHED_OTHER keeping reset-on-fork (which a thread without
+// CAP_SYS_NICE may not clear): what a lowering sets.
+func loweredAttr() unix.SchedAttr {
+	return unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: schedOther, Flags: unix.SCHED_FLAG_RESET_ON_FORK}
 }
 
 func (b *Booster) tasks() ([]int, error) {
