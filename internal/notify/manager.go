@@ -35,6 +35,8 @@ type Manager struct {
 	armedOnce sync.Once
 	firstArm  chan struct{}
 	ran       atomic.Bool
+
+	trail pollTrail // the poll goroutine's
 }
 
 // pollTarget is the poll's NotifierStatus target.
@@ -371,7 +373,9 @@ func (m *Manager) runPoll(ctx context.Context) {
 			var obs policy.Observations
 			obs, lastErr = m.pollRead(met, lastErr)
 			cur := m.current()
-			if !sleep(pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)) {
+			d := pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)
+			m.trail.paced(d)
+			if !sleep(d) {
 				m.setPollActive(false)
 				return
 			}
@@ -427,9 +431,11 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 		if err.Error() != lastErr { // one log line per distinct error, not 10 per second
 			m.log.Warn("fast poll could not read the memory signals", "err", err)
 		}
+		m.trail.record(time.Now(), noHeadroom)
 		return nil, err.Error()
 	}
-	crossed, urgent := false, false
+	crossed, urgent, memoryMet := false, false, false
+	headroom, at := int64(noHeadroom), time.Time{}
 	for _, t := range m.currentThresholds() {
 		o, ok := obs[t.Signal]
 		if !ok {
@@ -439,8 +445,14 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 		now := o.Available < t.resolve(o.Capacity)
 		if now != met[key] { // an unseen threshold counts as "not met" before
 			crossed = true
+			memoryMet = memoryMet || (now && t.memory())
 		}
 		met[key] = now
+		if t.memory() {
+			if h := o.Available - t.resolve(o.Capacity); headroom == noHeadroom || h < headroom {
+				headroom, at = h, o.Time
+			}
+		}
 		if t.Hard && !urgent {
 			rate := float64(m.opts.PollRampRate)
 			if t.Signal == policy.SignalPIDAvailable {
@@ -452,8 +464,16 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 	if urgent && m.opts.Urgent != nil {
 		m.opts.Urgent()
 	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	m.trail.record(at, headroom)
 	if crossed {
 		m.deliver(SourcePoll, pollTarget)
+	}
+	if memoryMet {
+		// After the wake: the trail is for the crossing's post-mortem, not on its path.
+		m.log.Info("fast poll: memory threshold met", "pollTrail", m.trail.String())
 	}
 	return obs, ""
 }

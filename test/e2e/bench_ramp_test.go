@@ -113,13 +113,16 @@ type rampResult struct {
 	stoppedLatency  time.Duration // crossing -> the last new peak of kubepods' working set (growth stopped)
 	passSteps       string        // evictiond's pass steps, as its frozen log line gives them
 	passWaits       string        // what evictiond's process waited on in that pass (faults, blocking, preemption)
-	evicted         int           // pods evicted in the episode, all actors
-	bystanders      bystanderEvictions
-	oomKills        int64
-	peakWorkingSet  int64
-	achievedMiBps   float64
-	throttled       cluster.CPUThrottling // evictiond's CFS throttling during the episode
-	runQueueWait    time.Duration         // evictiond's threads' time runnable but not running in the episode; -1 unknown
+	// pollTrail is the fast poll's reads before its first read of the crossing (evictiond's
+	// "fast poll: memory threshold met"), as offsets from that read: printed for a late read.
+	pollTrail      string
+	evicted        int // pods evicted in the episode, all actors
+	bystanders     bystanderEvictions
+	oomKills       int64
+	peakWorkingSet int64
+	achievedMiBps  float64
+	throttled      cluster.CPUThrottling // evictiond's CFS throttling during the episode
+	runQueueWait   time.Duration         // evictiond's threads' time runnable but not running in the episode; -1 unknown
 }
 
 func TestBenchRamp(t *testing.T) {
@@ -265,10 +268,29 @@ func runRampSetup(t *testing.T, setup rampSetup) []rampResult {
 				setup.name, rate.label, run+1, r.outcome, r.killedBy, fmtLatency(r.kubeletLatency), fmtLatency(r.evictiondLatency),
 				fmtLatency(r.frozenLatency), formatFreezeSplit([][]time.Duration{r.freezeSplit}), r.passSteps, r.passWaits, fmtLatency(r.stoppedLatency), fmtLatency(r.releasedLatency), r.evicted, r.peakWorkingSet>>20, r.achievedMiBps,
 				r.throttled.Throttled, r.throttled.Periods, r.throttled.ThrottledTime.Round(time.Millisecond), fmtWait(r.runQueueWait))
+			if poll := r.freezeSplit; r.pollTrail != "" && (len(poll) == 0 || poll[0] == notActed || poll[0] > 10*time.Millisecond) {
+				t.Logf("%s, %s MiB/s, run %d: the fast poll's reads before it read the crossing: %s", setup.name, rate.label, run+1, r.pollTrail)
+			}
 			results = append(results, r)
 		}
 	}
 	return results
+}
+
+// pollTrailOf is the pollTrail of evictiond's first "fast poll: memory threshold met" line
+// after since.
+func pollTrailOf(t *testing.T, c *cluster.Cluster, since time.Time) string {
+	for _, line := range evictiondLogLines(t, c, "fast poll: memory threshold met", since) {
+		i := strings.IndexByte(line, '{')
+		if i < 0 {
+			continue
+		}
+		var rec struct{ PollTrail string }
+		if json.Unmarshal([]byte(line[i:]), &rec) == nil && rec.PollTrail != "" {
+			return rec.PollTrail
+		}
+	}
+	return ""
 }
 
 // rampRuns is how many episodes each rate gets (BENCH_RAMP_RUNS, default 3).
@@ -381,6 +403,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 			res.freezeSplit = f.split(s.crossing)
 			res.passSteps, res.passWaits = f.passSteps, f.passWaits
 		}
+		res.pollTrail = pollTrailOf(t, c, episodeStart)
 	}
 	if !s.released.IsZero() {
 		res.releasedLatency = s.released.Sub(s.crossing)

@@ -1,0 +1,64 @@
+package notify
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// pollTrail keeps the fast poll's last reads, so that the read that first
+// finds a memory threshold met can say how the reads before it were paced: a
+// crossing read late is either a ramp faster than the pacer assumed (the
+// headroom fell more between two reads than the wait allowed for) or a read
+// that came later than the wait it was given (the thread waited for a CPU).
+// Written and read by the poll's goroutine only.
+type pollTrail struct {
+	n    int // reads recorded, the newest at ring[(n-1)%len]
+	ring [8]pollMark
+}
+
+type pollMark struct {
+	at time.Time
+	// headroom is the smallest of the memory signals' available bytes
+	// above their thresholds (negative: met); noHeadroom when the read had
+	// none (a failed read, or PID thresholds only).
+	headroom int64
+	next     time.Duration // the pacer's wait after this read; 0 until set
+}
+
+const noHeadroom = math.MinInt64
+
+func (t *pollTrail) record(at time.Time, headroom int64) {
+	t.ring[t.n%len(t.ring)] = pollMark{at: at, headroom: headroom}
+	t.n++
+}
+
+// paced sets the wait the pacer chose after the newest read.
+func (t *pollTrail) paced(d time.Duration) {
+	if t.n > 0 {
+		t.ring[(t.n-1)%len(t.ring)].next = d
+	}
+}
+
+// String lists the kept reads, oldest first, as offsets from the newest:
+// "-212ms headroom 330MiB wait 100ms; …; 0s headroom -12MiB".
+func (t *pollTrail) String() string {
+	if t.n == 0 {
+		return ""
+	}
+	newest := t.ring[(t.n-1)%len(t.ring)].at
+	var parts []string
+	for i := max(0, t.n-len(t.ring)); i < t.n; i++ {
+		m := t.ring[i%len(t.ring)]
+		s := fmt.Sprintf("%v", m.at.Sub(newest).Round(100*time.Microsecond))
+		if m.headroom != noHeadroom {
+			s += fmt.Sprintf(" headroom %dMiB", m.headroom>>20)
+		}
+		if m.next > 0 {
+			s += fmt.Sprintf(" wait %v", m.next.Round(100*time.Microsecond))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
