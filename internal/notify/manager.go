@@ -424,14 +424,16 @@ func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
 // pollRead is pollOnce that also returns what it read (nil on error), for
 // the pacer.
 func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observations, string) {
+	start := time.Now()
 	obs, err := m.opts.ReadMemory()
+	took := time.Since(start)
 	m.metrics.pollRead()
 	if err != nil {
 		m.metrics.pollError()
 		if err.Error() != lastErr { // one log line per distinct error, not 10 per second
 			m.log.Warn("fast poll could not read the memory signals", "err", err)
 		}
-		m.trail.record(time.Now(), noHeadroom)
+		m.trail.record(start, noHeadroom, took)
 		return nil, err.Error()
 	}
 	crossed, urgent, memoryMet := false, false, false
@@ -465,9 +467,9 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 		m.opts.Urgent()
 	}
 	if at.IsZero() {
-		at = time.Now()
+		at = start
 	}
-	m.trail.record(at, headroom)
+	m.trail.record(at, headroom, took)
 	if crossed {
 		m.deliver(SourcePoll, pollTarget)
 	}

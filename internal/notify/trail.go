@@ -10,8 +10,9 @@ import (
 // pollTrail keeps the fast poll's last reads, so that the read that first
 // finds a memory threshold met can say how the reads before it were paced: a
 // crossing read late is either a ramp faster than the pacer assumed (the
-// headroom fell more between two reads than the wait allowed for) or a read
-// that came later than the wait it was given (the thread waited for a CPU).
+// headroom fell more between two reads than the wait allowed for), a read
+// that took long in the kernel, or one that came later than the wait it was
+// given (the thread waited for a CPU).
 // Written and read by the poll's goroutine only.
 type pollTrail struct {
 	n    int // reads recorded, the newest at ring[(n-1)%len]
@@ -24,13 +25,14 @@ type pollMark struct {
 	// above their thresholds (negative: met); noHeadroom when the read had
 	// none (a failed read, or PID thresholds only).
 	headroom int64
+	took     time.Duration // the read's own time (files of the node's cgroups)
 	next     time.Duration // the pacer's wait after this read; 0 until set
 }
 
 const noHeadroom = math.MinInt64
 
-func (t *pollTrail) record(at time.Time, headroom int64) {
-	t.ring[t.n%len(t.ring)] = pollMark{at: at, headroom: headroom}
+func (t *pollTrail) record(at time.Time, headroom int64, took time.Duration) {
+	t.ring[t.n%len(t.ring)] = pollMark{at: at, headroom: headroom, took: took}
 	t.n++
 }
 
@@ -42,7 +44,7 @@ func (t *pollTrail) paced(d time.Duration) {
 }
 
 // String lists the kept reads, oldest first, as offsets from the newest:
-// "-212ms headroom 330MiB wait 100ms; …; 0s headroom -12MiB".
+// "-212ms headroom 330MiB read 300µs wait 100ms; …; 0s headroom -12MiB read 280µs".
 func (t *pollTrail) String() string {
 	if t.n == 0 {
 		return ""
@@ -55,6 +57,7 @@ func (t *pollTrail) String() string {
 		if m.headroom != noHeadroom {
 			s += fmt.Sprintf(" headroom %dMiB", m.headroom>>20)
 		}
+		s += fmt.Sprintf(" read %v", m.took.Round(10*time.Microsecond))
 		if m.next > 0 {
 			s += fmt.Sprintf(" wait %v", m.next.Round(100*time.Microsecond))
 		}

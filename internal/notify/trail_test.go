@@ -58,9 +58,11 @@ func TestPollLogsItsTrailWhenAMemoryThresholdIsMet(t *testing.T) {
 	}
 	got := logs.String()
 	for _, want := range []string{
-		"-250ms headroom 300MiB wait 100ms",
-		"-150ms headroom 200MiB wait 50ms",
-		"0s headroom -10MiB",
+		"-250ms headroom 300MiB read ",
+		"-150ms headroom 200MiB read ",
+		" wait 100ms; -150ms headroom 200MiB read ",
+		" wait 50ms; ",
+		"0s headroom -10MiB read ",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("trail lacks %q:\n%s", want, got)
@@ -72,14 +74,14 @@ func TestPollTrailKeepsTheLastEightReads(t *testing.T) {
 	var tr pollTrail
 	t0 := time.Now()
 	for i := range 20 {
-		tr.record(t0.Add(time.Duration(i)*time.Millisecond), int64(i)<<20)
+		tr.record(t0.Add(time.Duration(i)*time.Millisecond), int64(i)<<20, 300*time.Microsecond)
 		tr.paced(time.Millisecond)
 	}
 	got := tr.String()
 	if n := strings.Count(got, ";") + 1; n != 8 {
 		t.Fatalf("%d reads kept, want 8: %s", n, got)
 	}
-	if !strings.HasPrefix(got, "-7ms headroom 12MiB wait 1ms") || !strings.HasSuffix(got, "0s headroom 19MiB wait 1ms") {
+	if !strings.HasPrefix(got, "-7ms headroom 12MiB read 300µs wait 1ms") || !strings.HasSuffix(got, "0s headroom 19MiB read 300µs wait 1ms") {
 		t.Errorf("trail = %s", got)
 	}
 }
