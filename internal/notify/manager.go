@@ -354,6 +354,15 @@ func (m *Manager) runPoll(ctx context.Context) {
 	}
 	sleep, release := m.pollSleeper(ctx)
 	defer release()
+	// On its own thread, the poll's trail counts the thread's waits for a CPU.
+	runDelay := func() (time.Duration, bool) { return 0, false }
+	if m.opts.Sentinel != nil {
+		if read, closeRD, err := threadRunDelay(); err == nil {
+			runDelay = read
+			defer closeRD()
+		}
+	}
+	lastDelay, haveDelay := runDelay()
 	met := map[string]bool{}
 	var lastErr string
 	for {
@@ -371,6 +380,13 @@ func (m *Manager) runPoll(ctx context.Context) {
 		pacer := newPollPacer(m.opts.PollMinInterval, m.opts.PollRampRate)
 		for m.pollNeeded() {
 			var obs policy.Observations
+			if d, ok := runDelay(); ok && haveDelay {
+				m.trail.queue(d - lastDelay)
+				lastDelay = d
+			} else {
+				m.trail.queue(-1)
+				lastDelay, haveDelay = d, ok
+			}
 			obs, lastErr = m.pollRead(met, lastErr)
 			cur := m.current()
 			d := pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,4 +55,30 @@ func newKernelSleeper(ctx context.Context, sentinel func() (release func())) (sl
 		unix.Close(efd)
 	}
 	return sleep, release, nil
+}
+
+// threadRunDelay returns a reader of the calling thread's run delay: its
+// time runnable but not running since it started (the second field of
+// /proc/thread-self/schedstat), so the poll's trail can say whether a late
+// read waited for a CPU (or a real-time budget) or for something else. The
+// caller must have locked its goroutine to the thread. close closes the file.
+func threadRunDelay() (read func() (time.Duration, bool), close func(), err error) {
+	fd, err := unix.Open("/proc/thread-self/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var buf [128]byte
+	read = func() (time.Duration, bool) {
+		n, err := unix.Pread(fd, buf[:], 0)
+		if err != nil || n <= 0 {
+			return 0, false
+		}
+		fields := strings.Fields(string(buf[:n]))
+		if len(fields) < 2 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(fields[1], 10, 64)
+		return time.Duration(ns), err == nil
+	}
+	return read, func() { unix.Close(fd) }, nil
 }

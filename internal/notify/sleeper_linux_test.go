@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"runtime"
 	"testing"
 	"time"
 
@@ -133,4 +134,34 @@ func TestPollRunsOnASentinelThread(t *testing.T) {
 			t.Errorf("sentinel thread %d not released after the manager stopped", tid)
 		}
 	}
+}
+
+// TestThreadRunDelayReadsTheLockedThreadsSchedstat: the reader answers, and
+// the run delay it reads never goes back.
+func TestThreadRunDelayReadsTheLockedThreadsSchedstat(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		read, closeRD, err := threadRunDelay()
+		if err != nil {
+			t.Errorf("threadRunDelay: %v", err)
+			return
+		}
+		defer closeRD()
+		first, ok := read()
+		if !ok {
+			t.Error("first read of /proc/thread-self/schedstat failed")
+			return
+		}
+		for range 1000 {
+			runtime.Gosched()
+		}
+		second, ok := read()
+		if !ok || second < first {
+			t.Errorf("run delay went from %v to %v (ok %v)", first, second, ok)
+		}
+	}()
+	<-done
 }

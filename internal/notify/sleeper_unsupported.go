@@ -12,3 +12,8 @@ import (
 func newKernelSleeper(context.Context, func() func()) (func(time.Duration) bool, func(), error) {
 	return nil, nil, errors.New("waiting in the kernel is supported on Linux only")
 }
+
+// threadRunDelay: no schedstat outside Linux.
+func threadRunDelay() (func() (time.Duration, bool), func(), error) {
+	return nil, nil, errors.New("schedstat is Linux's")
+}

@@ -74,6 +74,7 @@ func TestPollTrailKeepsTheLastEightReads(t *testing.T) {
 	var tr pollTrail
 	t0 := time.Now()
 	for i := range 20 {
+		tr.queue(20 * time.Microsecond)
 		tr.record(t0.Add(time.Duration(i)*time.Millisecond), int64(i)<<20, 300*time.Microsecond)
 		tr.paced(time.Millisecond)
 	}
@@ -81,7 +82,7 @@ func TestPollTrailKeepsTheLastEightReads(t *testing.T) {
 	if n := strings.Count(got, ";") + 1; n != 8 {
 		t.Fatalf("%d reads kept, want 8: %s", n, got)
 	}
-	if !strings.HasPrefix(got, "-7ms headroom 12MiB read 300µs wait 1ms") || !strings.HasSuffix(got, "0s headroom 19MiB read 300µs wait 1ms") {
+	if !strings.HasPrefix(got, "-7ms headroom 12MiB queued 20µs read 300µs wait 1ms") || !strings.HasSuffix(got, "0s headroom 19MiB queued 20µs read 300µs wait 1ms") {
 		t.Errorf("trail = %s", got)
 	}
 }
