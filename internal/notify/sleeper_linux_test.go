@@ -6,8 +6,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
