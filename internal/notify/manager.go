@@ -387,7 +387,7 @@ func (m *Manager) runPoll(ctx context.Context) {
 				m.trail.queue(-1)
 				lastDelay, haveDelay = d, ok
 			}
-			obs, lastErr = m.pollRead(met, lastErr)
+			obs, lastErr = m.pollRead(met, lastErr, pacer)
 			cur := m.current()
 			d := pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)
 			m.trail.paced(d)
@@ -433,13 +433,26 @@ func sleepOnTimer(ctx context.Context, d time.Duration) bool {
 // changed sides since the last read (met or no longer met), as a memcg
 // threshold does in both directions.
 func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
-	_, errText := m.pollRead(met, lastErr)
+	_, errText := m.pollRead(met, lastErr, nil)
 	return errText
 }
 
+// urgentHorizon: a hard threshold that a ramp at twice the rate measured
+// between the poll's last two reads would reach within this long asks for
+// the boost (Urgent) now. The boost's first request must come while the
+// agent's threads can still get a CPU: at the pod's weight, on a node whose
+// CPUs are all taken, a thread of the agent holding the Go scheduler's P (or
+// the garbage collector's stop-the-world waiting for it) kept the real-time
+// poll from reading for 50-630 ms, its read later than its wait and its
+// thread never runnable meanwhile (the trail's "queued 0s"; make bench-ramp,
+// busy setups with the host's CPUs taken too, 2026-11-26). Boosted, every
+// thread of the agent runs at once.
+const urgentHorizon = 500 * time.Millisecond
+
 // pollRead is pollOnce that also returns what it read (nil on error), for
-// the pacer.
-func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observations, string) {
+// the pacer. pacer, when not nil, is the poll's, before its next(): its
+// last reads give the rate of approach for Urgent.
+func (m *Manager) pollRead(met map[string]bool, lastErr string, pacer *pollPacer) (policy.Observations, string) {
 	start := time.Now()
 	obs, err := m.opts.ReadMemory()
 	took := time.Since(start)
@@ -476,7 +489,11 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string) (policy.Observat
 			if t.Signal == policy.SignalPIDAvailable {
 				rate = PollPIDRampRate
 			}
-			urgent = float64(o.Available-t.resolve(o.Capacity)) < rate*m.current().PollInterval.Seconds()
+			headroom := float64(o.Available - t.resolve(o.Capacity))
+			urgent = headroom < rate*m.current().PollInterval.Seconds()
+			if pacer != nil {
+				urgent = urgent || headroom < 2*pacer.falling(t.Signal, o)*urgentHorizon.Seconds()
+			}
 		}
 	}
 	if urgent && m.opts.Urgent != nil {

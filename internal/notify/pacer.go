@@ -76,10 +76,7 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, 
 		if t.Signal == policy.SignalPIDAvailable {
 			rate = PollPIDRampRate
 		}
-		if prev, ok := p.last[t.Signal]; ok && o.Time.After(prev.Time) {
-			falling := float64(prev.Available-o.Available) / o.Time.Sub(prev.Time).Seconds()
-			rate = max(rate, 2*falling) // half the time to the threshold at the measured rate
-		}
+		rate = max(rate, 2*p.falling(t.Signal, o)) // half the time to the threshold at the measured rate
 		near := time.Duration(headroom / rate * float64(time.Second))
 		if near > base {
 			// Far: before a ramp idleRampFactor times faster could get there.
@@ -91,6 +88,17 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, 
 		p.last[sig] = o
 	}
 	return max(d, min(p.min, base))
+}
+
+// falling is how fast sig's available amount fell from the read before to
+// o, per second (0 without a read before; negative when it rose). Valid
+// between a read and the next call of next, which makes o the read before.
+func (p *pollPacer) falling(sig policy.Signal, o policy.Observation) float64 {
+	prev, ok := p.last[sig]
+	if !ok || !o.Time.After(prev.Time) {
+		return 0
+	}
+	return float64(prev.Available-o.Available) / o.Time.Sub(prev.Time).Seconds()
 }
 
 // describe is the poll's status detail.

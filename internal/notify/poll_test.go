@@ -250,3 +250,48 @@ func TestPollAsksForUrgencyNearAHardThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestPollAsksForUrgencyAheadOfAFastApproach: a hard threshold still far by
+// the static rule asks for the boost as soon as the poll's reads measure a
+// ramp that would reach it within urgentHorizon at twice the measured rate,
+// and not for a signal that stays where it is or rises.
+func TestPollAsksForUrgencyAheadOfAFastApproach(t *testing.T) {
+	const mi = 1 << 20
+	var next policy.Observations
+	urgent := 0
+	th := []Threshold{{Signal: policy.SignalMemoryAvailable, Hard: true, Available: 500 * mi}}
+	m, err := New(Options{
+		Thresholds:   th,
+		PollInterval: 100 * time.Millisecond, PollRampRate: 1 << 30, // static rule: 102.4 MiB
+		ReadMemory: func() (policy.Observations, error) { return next, nil },
+		Urgent:     func() { urgent++ },
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, NewWaker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pacer := newPollPacer(5*time.Millisecond, 1<<30)
+	t0 := time.Now()
+	steps := []struct {
+		name     string
+		at       time.Duration
+		headroom int64
+		want     bool
+	}{
+		{"first read, 900 MiB away", 0, 900 * mi, false},
+		{"steady", 100 * time.Millisecond, 900 * mi, false},
+		{"rising", 200 * time.Millisecond, 1000 * mi, false},
+		{"falling 100 MiB in 100 ms: 900 MiB away, reached in 0.9 s, 0.45 s at twice the rate", 300 * time.Millisecond, 900 * mi, true},
+		{"falling 40 MiB in 100 ms: 860 MiB away, 1.07 s at twice the rate", 400 * time.Millisecond, 860 * mi, false},
+	}
+	met := map[string]bool{}
+	for _, s := range steps {
+		next = policy.Observations{policy.SignalMemoryAvailable: {Available: 500*mi + s.headroom, Capacity: 4000 * mi, Time: t0.Add(s.at)}}
+		urgent = 0
+		m.pollRead(met, "", pacer)
+		pacer.next(next, th, 100*time.Millisecond, time.Second)
+		if (urgent > 0) != s.want {
+			t.Errorf("%s: Urgent called %d times, want called=%v", s.name, urgent, s.want)
+		}
+	}
+}

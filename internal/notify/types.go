@@ -206,9 +206,10 @@ type Options struct {
 	ReadMemory MemoryReader
 	// Urgent, when set, is called whenever the brake may have to act within
 	// the next second: a memcg threshold event, and every poll read that
-	// finds a hard threshold met or within a PollInterval of a ramp at
-	// PollRampRate (100 MiB at the defaults). The realtime boost
-	// (internal/rtboost) hangs here. It must not block.
+	// finds a hard threshold met, within a PollInterval of a ramp at
+	// PollRampRate (100 MiB at the defaults), or within urgentHorizon of a
+	// ramp at twice the rate measured since the read before. The realtime
+	// boost (internal/rtboost) hangs here. It must not block.
 	Urgent func()
 	// Sentinel, when set, is called on the thread that waits on the
 	// kernel's notifications (locked to it) and keeps that thread
