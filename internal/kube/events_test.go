@@ -199,7 +199,7 @@ func TestSpamFilterLets25EventsAboutAnObjectThenOneEvery5Minutes(t *testing.T) {
 		r.Eventf(pod, corev1.EventTypeWarning, fmt.Sprintf("Reason%d", i), "m")
 	}
 	r.Event(testPod("quiet"), corev1.EventTypeWarning, "Reason0", "m") // another object has its own bucket
-	waitFor(t, func() bool { return len(sink.written())+d.get(EventDropSpam) == 31 }, "31 Events handled")
+	waitUntil(t, func() bool { return len(sink.written())+d.get(EventDropSpam) == 31 }, "31 Events handled")
 	if n := len(sink.written()); n != 26 || d.get(EventDropSpam) != 5 {
 		t.Fatalf("%d written, %d dropped as spam; want 26 and 5", n, d.get(EventDropSpam))
 	}
@@ -272,7 +272,7 @@ func TestStopFlushesQueuedEventsAndDropsLaterOnes(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	waitFor(t, func() bool { return r.isClosed() }, "the recorder closed")
+	waitUntil(t, func() bool { return r.isClosed() }, "the recorder closed")
 	r.Event(testPod("late"), corev1.EventTypeNormal, "R", "m")
 	close(sink.gate)
 	<-stopped
@@ -319,7 +319,7 @@ func TestWritesAreRetriedOnTransientErrorsOnly(t *testing.T) {
 			}
 			r, d, stop := startTestRecorder(sink, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 			r.Event(testPod("a"), corev1.EventTypeNormal, "R", "m")
-			waitFor(t, func() bool { return sink.storedCount() == 1 || d.get(EventDropWriteFailed) == 1 }, "the Event written or given up")
+			waitUntil(t, func() bool { return sink.storedCount() == 1 || d.get(EventDropWriteFailed) == 1 }, "the Event written or given up")
 			stop()
 			if n := len(sink.written()); n != tc.wantWrites || (sink.storedCount() == 1) != tc.wantStored {
 				t.Errorf("%d writes, stored %v; want %d, %v", n, sink.storedCount() == 1, tc.wantWrites, tc.wantStored)
@@ -333,7 +333,7 @@ func TestARepeatOfADeletedEventIsCreatedAgain(t *testing.T) {
 	r, _, stop := startTestRecorder(sink, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	pod := testPod("a")
 	r.Event(pod, corev1.EventTypeNormal, "R", "m")
-	waitFor(t, func() bool { return len(sink.written()) == 1 }, "the first Event written")
+	waitUntil(t, func() bool { return len(sink.written()) == 1 }, "the first Event written")
 	sink.mu.Lock()
 	clear(sink.stored) // the Event's TTL ran out
 	sink.mu.Unlock()
@@ -370,8 +370,8 @@ func TestEventNamesAreValidForLongObjectNames(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
 		func(context.Context) (bool, error) { return cond(), nil })
