@@ -74,10 +74,12 @@ const (
 	// wait randomized so that nodes do not retry in step after an outage).
 	eventMaxTries      = 12
 	eventRetryInterval = 10 * time.Second
+	// eventWriteTimeout bounds one write (record has none: a hung connection
+	// would hold every Event behind it).
+	eventWriteTimeout = 10 * time.Second
 	// eventFlushTimeout bounds the flush at shutdown: each queued Event is
-	// tried once, without waiting between tries (record tries once too, but
-	// drops what is still queued when it shuts down).
-	eventFlushTimeout = 5 * time.Second
+	// tried once, without waiting between tries, as record does once shut down.
+	eventFlushTimeout = 3 * time.Second
 )
 
 // EventRecorderOptions configure NewEventRecorder; NodeName is required.
@@ -135,8 +137,8 @@ func (s clientEventSink) Patch(ctx context.Context, namespace, name string, data
 
 // NewEventRecorder returns a recorder whose Events name evictiond on opts.NodeName as
 // their source, like the kubelet's do, and a function that flushes and stops it (each
-// queued Event tried once, for at most 5 s). The recorder also stops when ctx ends;
-// the function must still be called to wait for the flush.
+// queued Event tried once, for at most 3 s: the pod has 10 s to exit). The recorder
+// also stops when ctx ends; the function must still be called to wait for the flush.
 func NewEventRecorder(ctx context.Context, client Interface, opts EventRecorderOptions) (*Recorder, func()) {
 	return startRecorder(ctx, clientEventSink{client.CoreV1()}, opts)
 }
@@ -345,7 +347,7 @@ func (r *Recorder) write(ctx context.Context, c *eventCorrelator, e *corev1.Even
 
 // writeOnce patches the Event out repeats (Create if it is gone) or creates it.
 func (r *Recorder) writeOnce(ctx context.Context, out *corev1.Event, patch []byte) (*corev1.Event, error) {
-	ctx, cancel := context.WithTimeout(ctx, eventRetryInterval)
+	ctx, cancel := context.WithTimeout(ctx, eventWriteTimeout)
 	defer cancel()
 	if patch != nil {
 		written, err := r.sink.Patch(ctx, out.Namespace, out.Name, patch)

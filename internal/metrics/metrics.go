@@ -136,7 +136,7 @@ func NewWithOptions(o Options) *Metrics {
 		LoopWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "eviction_loop_workloads",
 			Help: "Workloads in an eviction loop on this node whose backoff holds the node's pressure condition now, by workload kind."}, []string{"kind"}),
 		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "events_dropped_total",
-			Help: "Events not written to the API server, by reason (queue_full: more than 1000 waiting; spam: too many about one object, 25 then one per 5 minutes; write_failed: rejected, or 12 tries failed; invalid; shutdown: not written by the 5 s flush at exit)."}, []string{"reason"}),
+			Help: "Events not written to the API server, by reason (queue_full: more than 1000 waiting; spam: too many about one object, 25 then one per 5 minutes; write_failed: rejected, or 12 tries failed; invalid; shutdown: not written by the 3 s flush at exit)."}, []string{"reason"}),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "config_reloads_total",
 			Help: "Configuration reloads by result (success, rejected)."}, []string{"result"}),
 		ConfigLastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
