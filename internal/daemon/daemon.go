@@ -117,6 +117,9 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		}
 	}()
 	if deps.Recorder == nil {
+		for _, reason := range kube.EventDropReasons { // a series at 0 from the start, for rate() and alerts
+			deps.Metrics.EventsDropped.WithLabelValues(reason)
+		}
 		rec, stop := kube.NewEventRecorder(ctx, deps.Client, kube.EventRecorderOptions{NodeName: opts.NodeName,
 			Logger: opts.Logger.With("component", "events"), OnDrop: func(reason string) { deps.Metrics.EventsDropped.WithLabelValues(reason).Inc() }})
 		d.deps.Recorder = rec

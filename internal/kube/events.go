@@ -66,6 +66,9 @@ const (
 	EventDropShutdown    = "shutdown"     // still queued when the flush ran out of time
 )
 
+// EventDropReasons are the EventDrop* reasons, for a metric to show each from the start.
+var EventDropReasons = []string{EventDropQueueFull, EventDropSpam, EventDropWriteFailed, EventDropInvalid, EventDropShutdown}
+
 // The recorder's bounds, client-go's record package's unless said.
 const (
 	// EventQueueSize Events wait at most; more are dropped, never waited for.
