@@ -18,7 +18,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/evictiond/evictiond/internal/eviction"
 	"github.com/evictiond/evictiond/internal/metrics"
@@ -59,7 +58,7 @@ type Agent struct {
 	status   NodeStatus
 	evictor  Evictor
 	reclaim  Reclaimer
-	recorder record.EventRecorder
+	recorder Recorder
 	metrics  *metrics.Metrics
 	log      *slog.Logger
 
@@ -108,7 +107,7 @@ type Deps struct {
 	Status    NodeStatus
 	Evictor   Evictor
 	Reclaimer Reclaimer
-	Recorder  record.EventRecorder
+	Recorder  Recorder
 	Metrics   *metrics.Metrics
 	// Freezer is the brake's (brake.PodFreezer); nil: no pod cgroups to freeze.
 	Freezer Freezer

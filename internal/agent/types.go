@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/evictiond/evictiond/internal/eviction"
@@ -12,10 +13,11 @@ import (
 )
 
 // The loop's vocabulary: what it reads (Stats, Pods), what it drives
-// (Evictor, Reclaimer, NodeStatus) and what they answer. The implementations
-// live in their own packages and satisfy these interfaces directly (the
-// node's Stats in internal/node, kube.NodeInformers, kube.Evictor,
-// reclaim.Reclaimer, kube.NodeStatus); docs/architecture.md draws the map.
+// (Evictor, Reclaimer, NodeStatus, Recorder) and what they answer. The
+// implementations live in their own packages and satisfy these interfaces
+// directly (the node's Stats in internal/node, kube.NodeInformers,
+// kube.Evictor, reclaim.Reclaimer, kube.NodeStatus, kube.Recorder);
+// docs/architecture.md draws the map.
 
 // Observed is one fresh reading of the node.
 type Observed struct {
@@ -87,4 +89,12 @@ type Evictor interface {
 // Reclaimer runs node-level reclaim steps. live is the node's pod set.
 type Reclaimer interface {
 	Reclaim(ctx context.Context, step policy.ReclaimStep, signal policy.Signal, need int64, live []*v1.Pod) eviction.ReclaimResult
+}
+
+// Recorder records the loop's Events: kube.EventRecorder (client-go's
+// record.EventRecorder's methods, so tests use its FakeRecorder).
+type Recorder interface {
+	Event(object runtime.Object, eventtype, reason, message string)
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+	AnnotatedEventf(object runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any)
 }

@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/evictiond/evictiond/internal/agent"
@@ -37,7 +36,7 @@ type Deps struct {
 	// Node is the node the loop decides on: internal/node's, or a simulated one.
 	Node Node
 	// Recorder records Events; nil: one writing to Client.
-	Recorder record.EventRecorder
+	Recorder kube.EventRecorder
 	// Metrics receives the loop's metrics; nil: a fresh registry.
 	Metrics *metrics.Metrics
 	// APIReachable says whether the API server answered recently
@@ -118,7 +117,11 @@ func New(ctx context.Context, cfg *policy.Config, deps Deps, opts Options) (d *D
 		}
 	}()
 	if deps.Recorder == nil {
-		rec, stop := kube.NewEventRecorder(ctx, deps.Client, opts.NodeName)
+		for _, reason := range kube.EventDropReasons { // a series at 0 from the start, for rate() and alerts
+			deps.Metrics.EventsDropped.WithLabelValues(reason)
+		}
+		rec, stop := kube.NewEventRecorder(ctx, deps.Client, kube.EventRecorderOptions{NodeName: opts.NodeName,
+			Logger: opts.Logger.With("component", "events"), OnDrop: func(reason string) { deps.Metrics.EventsDropped.WithLabelValues(reason).Inc() }})
 		d.deps.Recorder = rec
 		d.cleanups = append(d.cleanups, stop)
 	}
@@ -243,7 +246,7 @@ func RestartOnlyChanges(old, next *policy.Config) string {
 }
 
 // Recorder is the daemon's Event recorder.
-func (d *Daemon) Recorder() record.EventRecorder { return d.deps.Recorder }
+func (d *Daemon) Recorder() kube.EventRecorder { return d.deps.Recorder }
 
 // The Kubernetes side implements the loop's interfaces directly.
 var (

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -10,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/daemon"
 	"github.com/evictiond/evictiond/internal/kube"
 	"github.com/evictiond/evictiond/internal/kube/kubefake"
+	"github.com/evictiond/evictiond/internal/metrics"
 	"github.com/evictiond/evictiond/internal/policy"
 	"github.com/evictiond/evictiond/internal/simulate"
 )
@@ -138,4 +142,81 @@ func fakeAPI(t *testing.T, objs ...runtime.Object) *kubefake.Clientset {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// The daemon's own recorder writes to its client: a repeated Event is one create
+// and one merge patch to count 2 once Close has flushed the queue, and the
+// dropped-Events metric shows each reason at 0 from the start.
+func TestNewRecordsEventsThroughItsClientAndFlushesThemOnClose(t *testing.T) {
+	cfg, errs := policy.Load([]byte("apiVersion: evictiond.io/v1alpha1\nkind: EvictionConfiguration\n"))
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	client := &eventsSpy{Interface: fakeAPI(t, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
+	m := metrics.New()
+	d, err := daemon.New(context.Background(), cfg, daemon.Deps{Client: client, Node: quietNode(), Metrics: m},
+		daemon.Options{NodeName: "node-1", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.EventsDropped); n != len(kube.EventDropReasons) {
+		t.Errorf("evictiond_events_dropped_total has %d series at the start, want one per reason (%d)", n, len(kube.EventDropReasons))
+	}
+	for range 2 {
+		d.Recorder().Eventf(kube.NodeRef("node-1"), v1.EventTypeWarning, "ConfigRejected", "field %s", "x")
+	}
+	d.Close()
+	client.mu.Lock()
+	defer client.mu.Unlock()
+	if len(client.writes) != 2 || client.writes[0] != "create default ConfigRejected count=1 host=node-1" ||
+		client.writes[1] != "merge-patch default count=2" {
+		t.Fatalf("Event writes after Close: %q; want one create, then one merge patch to count 2", client.writes)
+	}
+}
+
+// eventsSpy notes the Event writes made through a client, then makes them.
+type eventsSpy struct {
+	kube.Interface
+	mu     sync.Mutex
+	writes []string
+}
+
+type spyCoreV1 struct {
+	kube.CoreV1Interface
+	s *eventsSpy
+}
+
+type spyEvents struct {
+	kube.EventInterface
+	s *eventsSpy
+}
+
+func (s *eventsSpy) CoreV1() kube.CoreV1Interface { return spyCoreV1{s.Interface.CoreV1(), s} }
+
+// IsWatchListSemanticsUnSupported passes kubefake's answer on to the informers'
+// reflector, which asks the client it is given.
+func (s *eventsSpy) IsWatchListSemanticsUnSupported() bool { return true }
+func (c spyCoreV1) Events(ns string) kube.EventInterface {
+	return spyEvents{c.CoreV1Interface.Events(ns), c.s}
+}
+
+func (e spyEvents) Create(ctx context.Context, ev *v1.Event, o metav1.CreateOptions) (*v1.Event, error) {
+	e.s.note(fmt.Sprintf("create %s %s count=%d host=%s", ev.Namespace, ev.Reason, ev.Count, ev.Source.Host))
+	return e.EventInterface.Create(ctx, ev, o)
+}
+
+func (e spyEvents) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, o metav1.PatchOptions, sub ...string) (*v1.Event, error) {
+	out, err := e.EventInterface.Patch(ctx, name, pt, data, o, sub...)
+	if err != nil {
+		e.s.note(fmt.Sprintf("%s: %v", pt, err))
+		return out, err
+	}
+	e.s.note(fmt.Sprintf("%s %s count=%d", map[types.PatchType]string{types.MergePatchType: "merge-patch"}[pt], out.Namespace, out.Count))
+	return out, nil
+}
+
+func (s *eventsSpy) note(w string) {
+	s.mu.Lock()
+	s.writes = append(s.writes, w)
+	s.mu.Unlock()
 }

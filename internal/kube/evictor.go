@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/evictiond/evictiond/internal/eviction"
@@ -190,7 +189,7 @@ func (o *EvictorOptions) validate() error {
 // Waiting for the victim to be gone is the policy engine's business, not the Evictor's.
 type Evictor struct {
 	client   Interface
-	recorder record.EventRecorder
+	recorder EventRecorder
 	limiter  *rate.Limiter
 
 	mu               sync.Mutex
@@ -208,7 +207,7 @@ type localStop struct {
 
 // NewEvictor returns an Evictor that evicts through client and records Events with
 // recorder.
-func NewEvictor(client Interface, recorder record.EventRecorder, opts EvictorOptions) (*Evictor, error) {
+func NewEvictor(client Interface, recorder EventRecorder, opts EvictorOptions) (*Evictor, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

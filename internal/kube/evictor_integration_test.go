@@ -25,7 +25,7 @@ import (
 func newTestEvictor(t testing.TB, n *testNode, inf *NodeInformers, mutate func(*EvictorOptions)) *Evictor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
+	recorder, stop := NewEventRecorder(ctx, n.agent, EventRecorderOptions{NodeName: n.name, Logger: testLogger(t)})
 	t.Cleanup(func() { stop(); cancel() })
 	opts := evictorOptions(t, n.name)
 	opts.RateLimit = RateLimitOptions{PerMinute: 6000, Burst: 100, CoolDown: time.Nanosecond}

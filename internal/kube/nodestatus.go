@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
@@ -153,7 +152,7 @@ func (o *NodeStatusOptions) validate() error {
 type NodeStatus struct {
 	client   Interface
 	node     nodeGetter
-	recorder record.EventRecorder
+	recorder EventRecorder
 	opts     NodeStatusOptions
 	trigger  chan struct{}
 
@@ -175,7 +174,7 @@ type nodeGetter interface {
 
 // NewNodeStatus builds a NodeStatus reading this node from informers (which it also
 // watches for other writers' changes; call before informers.Start).
-func NewNodeStatus(client Interface, informers *NodeInformers, recorder record.EventRecorder, opts NodeStatusOptions) (*NodeStatus, error) {
+func NewNodeStatus(client Interface, informers *NodeInformers, recorder EventRecorder, opts NodeStatusOptions) (*NodeStatus, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err

@@ -26,7 +26,7 @@ import (
 func startNodeStatus(t testing.TB, n *testNode, opts NodeStatusOptions) *NodeStatus {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, n.name)
+	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, EventRecorderOptions{NodeName: n.name, Logger: testLogger(t)})
 	opts.NodeName = n.name
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -366,7 +366,7 @@ func TestStaleTaintsAndConditionsReconciledAfterRestart(t *testing.T) {
 func TestModeChangeReleasesWhatTheNewModeDoesNotPublish(t *testing.T) {
 	n := newTestNode(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, n.name)
+	recorder, stopRecorder := NewEventRecorder(ctx, n.agent, EventRecorderOptions{NodeName: n.name, Logger: testLogger(t)})
 	defer func() { cancel(); stopRecorder() }()
 	var own, standard *NodeStatus
 	n.startInformers(t, func(inf *NodeInformers) {
@@ -448,7 +448,7 @@ func TestTaintUpdateRetriesOnConflictAndKeepsConcurrentTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recorder, stop := NewEventRecorder(ctx, n.agent, n.name)
+	recorder, stop := NewEventRecorder(ctx, n.agent, EventRecorderOptions{NodeName: n.name, Logger: testLogger(t)})
 	defer stop()
 	inf, err := NewNodeInformers(n.agent, n.name)
 	if err != nil {

@@ -53,6 +53,9 @@ type Metrics struct {
 	LoopEvictions *prometheus.CounterVec
 	LoopWorkloads *prometheus.GaugeVec
 
+	// EventsDropped counts Events not written (kube.EventDrop* reasons).
+	EventsDropped *prometheus.CounterVec
+
 	ConfigReloads              *prometheus.CounterVec
 	ConfigLastReloadSuccessful prometheus.Gauge
 	ConfigLastReloadTime       prometheus.Gauge
@@ -132,6 +135,8 @@ func NewWithOptions(o Options) *Metrics {
 			Help: "Evictions of a workload already in an eviction loop on this node (the loop's first included), by workload kind (Deployment, ReplicaSet, StatefulSet, Job, Pod, other)."}, []string{"kind"}),
 		LoopWorkloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "eviction_loop_workloads",
 			Help: "Workloads in an eviction loop on this node whose backoff holds the node's pressure condition now, by workload kind."}, []string{"kind"}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "events_dropped_total",
+			Help: "Events not written to the API server, by reason (queue_full: more than 1000 waiting; spam: too many about one object, 25 then one per 5 minutes; write_failed: rejected, or 12 tries failed; invalid; shutdown: not written by the 3 s flush at exit)."}, []string{"reason"}),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "config_reloads_total",
 			Help: "Configuration reloads by result (success, rejected)."}, []string{"result"}),
 		ConfigLastReloadSuccessful: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
@@ -155,7 +160,7 @@ func NewWithOptions(o Options) *Metrics {
 		m.Evictions, m.ReclaimBytes, m.ReclaimRuns, m.MemoryReclaimBytes, m.MemoryReclaimRequests, m.MemoryReclaimEvictionsAvoided, m.PodPressureSelfInflicted, m.PodPressureSelfInflictedTotal,
 		m.PodMemoryLivelocked, m.PodMemoryLivelocksTotal, m.PodMemoryLivelockRestarts, m.LoopWakeups, m.PassDuration, m.LastPass, m.StatsAge, m.ObservationErr,
 		m.BrakeTotal, m.BrakeCrossingToFrozen, m.BrakeCrossingToFreed, m.BrakeEvictionPath,
-		m.LoopEvictions, m.LoopWorkloads,
+		m.LoopEvictions, m.LoopWorkloads, m.EventsDropped,
 		m.ConfigReloads, m.ConfigLastReloadSuccessful, m.ConfigLastReloadTime, m.BuildInfo, m.Confinement,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	m.BuildInfo.Set(1)

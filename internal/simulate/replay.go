@@ -13,7 +13,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
@@ -106,7 +105,7 @@ func replay(recs []trace.Record, cfg *policy.Config, override bool, o replayOpti
 	}
 	rec := daemon.NewRecorder(ctx, node, w, clk.Now)
 	rec.Start(start.Node, start.Self, []byte(start.Config), start.DryRun)
-	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: sim, Node: rec, Recorder: &record.FakeRecorder{}, Clock: clk},
+	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: sim, Node: rec, Recorder: discardEvents{}, Clock: clk},
 		daemon.Options{NodeName: sim.Name, SelfUID: start.Self, Logger: slog.New(slog.DiscardHandler), OnPass: rec.OnPass})
 	if err != nil {
 		return nil, err

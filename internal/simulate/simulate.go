@@ -19,8 +19,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -319,7 +319,7 @@ func Run(sc *Scenario, cfg *policy.Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: node,
-		Recorder: &record.FakeRecorder{}, Clock: clk, Owners: scenarioOwners{}},
+		Recorder: discardEvents{}, Clock: clk, Owners: scenarioOwners{}},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		cancel()
@@ -803,4 +803,14 @@ func podQuantityErrors(field string, pod *v1.Pod) Errors {
 		}
 	}
 	return errs
+}
+
+// discardEvents is the simulation's Event recorder: the steps' output says what
+// the loop decided, and the Events are not kept (as with client-go's
+// FakeRecorder{} before, without linking tools/record into the binary).
+type discardEvents struct{}
+
+func (discardEvents) Event(runtime.Object, string, string, string)          {}
+func (discardEvents) Eventf(runtime.Object, string, string, string, ...any) {}
+func (discardEvents) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
 }
