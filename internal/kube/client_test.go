@@ -17,10 +17,10 @@ import (
 // The groups Client serves answer through one shared token bucket and user agent,
 // as kubernetes.NewForConfig's do, each at its own path.
 func TestClientServesTheAgentsGroupsThroughOneTransport(t *testing.T) {
-	type request struct{ method, path, agent string }
+	type request struct{ method, path, agent, accept, body string }
 	var got []request
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, request{r.Method, r.URL.Path, r.Header.Get("User-Agent")})
+		got = append(got, request{r.Method, r.URL.Path, r.Header.Get("User-Agent"), r.Header.Get("Accept"), r.Header.Get("Content-Type")})
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
 	}))
@@ -49,13 +49,16 @@ func TestClientServesTheAgentsGroupsThroughOneTransport(t *testing.T) {
 	_ = c.PolicyV1().Evictions("ns").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}})
 	_, _ = c.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{}, metav1.CreateOptions{})
 	_, _ = c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{}, metav1.CreateOptions{})
+	// Protobuf for the built-in resources, as client-go's generated clients ask for them;
+	// the eviction as JSON, as client-go's EvictionExpansion sends it.
+	const protobuf, json = "application/vnd.kubernetes.protobuf,application/json", "application/json"
 	want := []request{
-		{"GET", "/readyz", "evictiond"},
-		{"GET", "/api/v1/namespaces/ns/pods", "evictiond"},
-		{"GET", "/api/v1/nodes/n1", "evictiond"},
-		{"POST", "/api/v1/namespaces/ns/pods/p/eviction", "evictiond"},
-		{"POST", "/apis/authentication.k8s.io/v1/tokenreviews", "evictiond"},
-		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "evictiond"},
+		{"GET", "/readyz", "evictiond", json + ", */*", ""},
+		{"GET", "/api/v1/namespaces/ns/pods", "evictiond", protobuf, ""},
+		{"GET", "/api/v1/nodes/n1", "evictiond", protobuf, ""},
+		{"POST", "/api/v1/namespaces/ns/pods/p/eviction", "evictiond", json + ", */*", json},
+		{"POST", "/apis/authentication.k8s.io/v1/tokenreviews", "evictiond", protobuf, "application/vnd.kubernetes.protobuf"},
+		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "evictiond", protobuf, "application/vnd.kubernetes.protobuf"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("requests %v, want %v", got, want)
@@ -101,5 +104,28 @@ func TestBinaryLinksOnlyTheGroupsOfScheme(t *testing.T) {
 	}
 	if apiGroups == 0 {
 		t.Errorf("go list found no k8s.io/api package in cmd/evictiond's dependencies:\n%s", out)
+	}
+}
+
+// The agent's binary makes its typed calls itself (resource) and `simulate` runs on
+// kubefake's own store: client-go's gentype imports client-go/testing (its fake
+// clients), and that the object tracker's managed fields, structured-merge-diff and
+// kube-openapi, about 2 MiB of the agent's resident binary (docs/scale.md).
+func TestBinaryDoesNotLinkClientGoTesting(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../../cmd/evictiond").Output()
+	if err != nil {
+		t.Fatalf("go list -deps cmd/evictiond: %v", err)
+	}
+	var rest bool
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, f := range []string{"k8s.io/client-go/gentype", "k8s.io/client-go/testing", "k8s.io/apimachinery/pkg/util/managedfields"} {
+			if pkg == f || strings.HasPrefix(pkg, f+"/") {
+				t.Errorf("cmd/evictiond links %s: make typed calls through kube's resource, fake the API with kubefake", pkg)
+			}
+		}
+		rest = rest || pkg == "k8s.io/client-go/rest"
+	}
+	if !rest {
+		t.Errorf("go list found no k8s.io/client-go/rest in cmd/evictiond's dependencies:\n%s", out)
 	}
 }

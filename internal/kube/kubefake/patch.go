@@ -24,6 +24,10 @@ import (
 // so that a test never passes on a patch the fake would apply wrongly. The binary links
 // no strategicpatch, which brings kube-openapi's models along.
 func (s *Store) patch(resource, namespace, name string, pt types.PatchType, data []byte) (runtime.Object, error) {
+	if pt != types.MergePatchType && pt != types.StrategicMergePatchType {
+		return nil, apierrors.NewGenericServerResponse(415, "patch", groupResource(resource), name,
+			fmt.Sprintf("patch type %s: the fake API server applies merge and strategic merge patches only", pt), 0, false)
+	}
 	var p map[string]any
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("%s patch of %s %s: %v", pt, resource, name, err))
@@ -39,16 +43,10 @@ func (s *Store) patch(resource, namespace, name string, pt types.PatchType, data
 		if err != nil {
 			return nil, err
 		}
-		switch pt {
-		case types.MergePatchType:
+		if pt == types.MergePatchType {
 			doc = mergePatch(doc, p).(map[string]any)
-		case types.StrategicMergePatchType:
-			if doc, err = strategicMerge(doc, p, reflect.TypeOf(cur)); err != nil {
-				return nil, apierrors.NewBadRequest(fmt.Sprintf("strategic merge patch of %s %s: %v", resource, name, err))
-			}
-		default:
-			return nil, apierrors.NewGenericServerResponse(415, "patch", groupResource(resource), name,
-				fmt.Sprintf("patch type %s: the fake API server applies merge and strategic merge patches only", pt), 0, false)
+		} else if doc, err = strategicMerge(doc, p, reflect.TypeOf(cur)); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("strategic merge patch of %s %s: %v", resource, name, err))
 		}
 		merged, err := json.Marshal(doc)
 		if err != nil {
