@@ -28,7 +28,7 @@ import (
 // which registers every built-in group, and with them their types, deep copies and
 // conversions, plus apply configurations and discovery's OpenAPI models: 17 of the 48
 // MiB the binary weighed with four of those clients (docs/scale.md). Client makes the
-// generated clients' requests itself (resource) on this scheme instead.
+// generated clients' requests itself (Resource) on this scheme instead.
 //
 // A new group is one AddToScheme line here, its rest.Interface in NewClient, and a
 // method on Interface (TestBinaryLinksNoClientsetScheme keeps kubernetes/... out).
@@ -191,18 +191,18 @@ type coreV1 struct{ rc rest.Interface }
 
 func (g coreV1) Pods(namespace string) PodInterface {
 	return listResource[*corev1.Pod, *corev1.PodList]{
-		resource[*corev1.Pod]{g.rc, "pods", namespace, func() *corev1.Pod { return &corev1.Pod{} }},
+		Resource[*corev1.Pod]{g.rc, "pods", namespace, func() *corev1.Pod { return &corev1.Pod{} }},
 		func() *corev1.PodList { return &corev1.PodList{} }}
 }
 
 func (g coreV1) Nodes() NodeInterface {
 	return listResource[*corev1.Node, *corev1.NodeList]{
-		resource[*corev1.Node]{g.rc, "nodes", "", func() *corev1.Node { return &corev1.Node{} }},
+		Resource[*corev1.Node]{g.rc, "nodes", "", func() *corev1.Node { return &corev1.Node{} }},
 		func() *corev1.NodeList { return &corev1.NodeList{} }}
 }
 
 func (g coreV1) Events(namespace string) EventInterface {
-	return resource[*corev1.Event]{g.rc, "events", namespace, func() *corev1.Event { return &corev1.Event{} }}
+	return Resource[*corev1.Event]{g.rc, "events", namespace, func() *corev1.Event { return &corev1.Event{} }}
 }
 
 type policyV1 struct{ rc rest.Interface }
@@ -222,29 +222,29 @@ func (e evictions) Evict(ctx context.Context, eviction *policyv1.Eviction) error
 type authenticationV1 struct{ rc rest.Interface }
 
 func (g authenticationV1) TokenReviews() TokenReviewInterface {
-	return resource[*authenticationv1.TokenReview]{g.rc, "tokenreviews", "",
+	return Resource[*authenticationv1.TokenReview]{g.rc, "tokenreviews", "",
 		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} }}
 }
 
 type authorizationV1 struct{ rc rest.Interface }
 
 func (g authorizationV1) SubjectAccessReviews() SubjectAccessReviewInterface {
-	return resource[*authorizationv1.SubjectAccessReview]{g.rc, "subjectaccessreviews", "",
+	return Resource[*authorizationv1.SubjectAccessReview]{g.rc, "subjectaccessreviews", "",
 		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} }}
 }
 
-// object is an API object with metadata (every resource's item type).
-type object interface {
+// Object is an API object with metadata (every resource's item type).
+type Object interface {
 	runtime.Object
 	metav1.Object
 }
 
-// resource is one resource of one group in one namespace ("": all, or cluster-scoped),
+// Resource is one resource of one group in one namespace ("": all, or cluster-scoped),
 // requested as client-go's generated typed clients request it: what client-go's gentype
 // does, without gentype, which imports client-go/testing (its fake) and with it the
 // managed-fields and OpenAPI machinery, about 2 MiB of resident binary (docs/scale.md).
 // Every resource goes as protobuf, as the generated clients send the built-in groups.
-type resource[T object] struct {
+type Resource[T Object] struct {
 	rc        rest.Interface
 	name      string
 	namespace string
@@ -252,12 +252,12 @@ type resource[T object] struct {
 }
 
 // listResource is a resource that is also listed and watched.
-type listResource[T object, L runtime.Object] struct {
-	resource[T]
+type listResource[T Object, L runtime.Object] struct {
+	Resource[T]
 	newList func() L
 }
 
-func (r resource[T]) request(req *rest.Request) *rest.Request {
+func (r Resource[T]) request(req *rest.Request) *rest.Request {
 	return req.UseProtobufAsDefaultIfPreferred(true).NamespaceIfScoped(r.namespace, r.namespace != "").Resource(r.name)
 }
 
@@ -269,7 +269,7 @@ func timeout(opts metav1.ListOptions) time.Duration {
 	return time.Duration(*opts.TimeoutSeconds) * time.Second
 }
 
-func (r resource[T]) Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error) {
+func (r Resource[T]) Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error) {
 	result := r.newObject()
 	err := r.request(r.rc.Get()).Name(name).VersionedParams(&opts, parameterCodec).Do(ctx).Into(result)
 	return result, err
@@ -281,30 +281,30 @@ func (r listResource[T, L]) List(ctx context.Context, opts metav1.ListOptions) (
 	return result, err
 }
 
-func (r resource[T]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (r Resource[T]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	return r.request(r.rc.Get()).VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Watch(ctx)
 }
 
-func (r resource[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
+func (r Resource[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
 	result := r.newObject()
 	err := r.request(r.rc.Post()).VersionedParams(&opts, parameterCodec).Body(obj).Do(ctx).Into(result)
 	return result, err
 }
 
-func (r resource[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+func (r Resource[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
 	result := r.newObject()
 	err := r.request(r.rc.Put()).Name(obj.GetName()).VersionedParams(&opts, parameterCodec).Body(obj).Do(ctx).Into(result)
 	return result, err
 }
 
-func (r resource[T]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
+func (r Resource[T]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
 	result := r.newObject()
 	err := r.request(r.rc.Patch(pt)).Name(name).SubResource(subresources...).VersionedParams(&opts, parameterCodec).
 		Body(data).Do(ctx).Into(result)
 	return result, err
 }
 
-func (r resource[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+func (r Resource[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	return r.request(r.rc.Delete()).Name(name).Body(&opts).Do(ctx).Error()
 }

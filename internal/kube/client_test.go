@@ -107,7 +107,7 @@ func TestBinaryLinksOnlyTheGroupsOfScheme(t *testing.T) {
 	}
 }
 
-// The agent's binary makes its typed calls itself (resource) and `simulate` runs on
+// The agent's binary makes its typed calls itself (kube.Resource) and `simulate` runs on
 // kubefake's own store: client-go's gentype imports client-go/testing (its fake
 // clients), and that the object tracker's managed fields, structured-merge-diff and
 // kube-openapi, about 2 MiB of the agent's resident binary (docs/scale.md).
@@ -120,7 +120,7 @@ func TestBinaryDoesNotLinkClientGoTesting(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		for _, f := range []string{"k8s.io/client-go/gentype", "k8s.io/client-go/testing", "k8s.io/apimachinery/pkg/util/managedfields"} {
 			if pkg == f || strings.HasPrefix(pkg, f+"/") {
-				t.Errorf("cmd/evictiond links %s: make typed calls through kube's resource, fake the API with kubefake", pkg)
+				t.Errorf("cmd/evictiond links %s: make typed calls through kube.Resource, fake the API with kubefake", pkg)
 			}
 		}
 		rest = rest || pkg == "k8s.io/client-go/rest"

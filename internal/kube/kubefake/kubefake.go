@@ -166,7 +166,9 @@ func (g coreV1) Events(namespace string) kube.EventInterface {
 
 type policyV1 struct{ c *Clientset }
 
-func (g policyV1) Evictions(namespace string) kube.EvictionInterface { return evictions{g.c, namespace} }
+func (g policyV1) Evictions(namespace string) kube.EvictionInterface {
+	return evictions{g.c, namespace}
+}
 
 type evictions struct {
 	c         *Clientset
@@ -224,14 +226,8 @@ func (r review[T]) Create(_ context.Context, obj T, _ metav1.CreateOptions) (T, 
 	return typed(out, err, func() T { return obj.DeepCopyObject().(T) })
 }
 
-// object is an API object with metadata.
-type object interface {
-	runtime.Object
-	metav1.Object
-}
-
 // resource is one resource in one namespace ("": all, or cluster-scoped).
-type resource[T object] struct {
+type resource[T kube.Object] struct {
 	c         *Clientset
 	name      string
 	namespace string
@@ -239,7 +235,7 @@ type resource[T object] struct {
 }
 
 // listResource is a resource that is also listed.
-type listResource[T object, L runtime.Object] struct {
+type listResource[T kube.Object, L runtime.Object] struct {
 	resource[T]
 	newList func() L
 }
@@ -317,27 +313,23 @@ func (r resource[T]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.
 }
 
 func (r resource[T]) Create(_ context.Context, obj T, _ metav1.CreateOptions) (T, error) {
-	a := r.action("create", obj.GetName())
-	a.Object = obj.DeepCopyObject()
-	out, err := r.c.invoke(a, func() (runtime.Object, error) {
-		o, err := r.inNamespace(obj)
-		if err != nil {
-			return nil, err
-		}
-		return r.c.store.create(r.name, o)
-	})
-	return typed(out, err, r.newObject)
+	return r.put("create", obj)
 }
 
 func (r resource[T]) Update(_ context.Context, obj T, _ metav1.UpdateOptions) (T, error) {
-	a := r.action("update", obj.GetName())
+	return r.put("update", obj)
+}
+
+// put is a create or an update of obj, in the client's namespace.
+func (r resource[T]) put(verb string, obj T) (T, error) {
+	a := r.action(verb, obj.GetName())
 	a.Object = obj.DeepCopyObject()
 	out, err := r.c.invoke(a, func() (runtime.Object, error) {
 		o, err := r.inNamespace(obj)
 		if err != nil {
 			return nil, err
 		}
-		return r.c.store.update(r.name, o)
+		return r.c.store.put(r.name, o, verb == "create")
 	})
 	return typed(out, err, r.newObject)
 }

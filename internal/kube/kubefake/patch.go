@@ -56,7 +56,7 @@ func (s *Store) patch(resource, namespace, name string, pt types.PatchType, data
 		if err := json.Unmarshal(merged, obj); err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("%s patch of %s %s: %v", pt, resource, name, err))
 		}
-		out, err := s.update(resource, obj)
+		out, err := s.put(resource, obj, false)
 		// Another write between the read and the update: the API server applies the
 		// patch again to the newer object, unless the patch named the resourceVersion.
 		if apierrors.IsConflict(err) && !precondition {

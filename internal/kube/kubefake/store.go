@@ -1,6 +1,7 @@
 package kubefake
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -65,7 +66,7 @@ func (s *Store) Add(obj runtime.Object) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.create(resource, obj)
+	_, err = s.put(resource, obj, true)
 	return err
 }
 
@@ -103,26 +104,13 @@ func (s *Store) List(resource, namespace string, opts metav1.ListOptions) ([]run
 		}
 	}
 	slices.SortFunc(keys, func(a, b types.NamespacedName) int {
-		if a.Namespace != b.Namespace {
-			return compare(a.Namespace, b.Namespace)
-		}
-		return compare(a.Name, b.Name)
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	out := make([]runtime.Object, len(keys))
 	for i, k := range keys {
 		out[i] = s.objects[resource][k].DeepCopyObject()
 	}
 	return out, strconv.FormatUint(s.rv, 10), nil
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Watch reports the writes to the objects of resource in namespace ("": all) that opts'
@@ -146,7 +134,7 @@ func (s *Store) Watch(resource, namespace string, opts metav1.ListOptions) (watc
 				objs = append(objs, obj)
 			}
 		}
-		slices.SortFunc(objs, func(a, b runtime.Object) int { return compare(key(a), key(b)) })
+		slices.SortFunc(objs, func(a, b runtime.Object) int { return cmp.Compare(key(a), key(b)) })
 		for _, obj := range objs {
 			w.send(watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()})
 		}
@@ -185,7 +173,10 @@ func groupResource(resource string) schema.GroupResource {
 	return gr
 }
 
-func (s *Store) create(resource string, obj runtime.Object) (runtime.Object, error) {
+// put stores a copy of obj: a create (AlreadyExists if stored) or an update of the
+// stored object (NotFound if not; a resourceVersion in obj must be the stored one, 409
+// Conflict otherwise, as the API server's optimistic concurrency has it).
+func (s *Store) put(resource string, obj runtime.Object, create bool) (runtime.Object, error) {
 	obj = obj.DeepCopyObject()
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -197,36 +188,18 @@ func (s *Store) create(resource string, obj runtime.Object) (runtime.Object, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.objects[resource][k]; ok {
-		return nil, apierrors.NewAlreadyExists(groupResource(resource), k.Name)
-	}
-	if s.objects[resource] == nil {
-		s.objects[resource] = map[types.NamespacedName]runtime.Object{}
-	}
-	s.write(resource, k, nil, obj, false)
-	return obj.DeepCopyObject(), nil
-}
-
-// update replaces a stored object; a resourceVersion in obj must be the stored one
-// (409 Conflict otherwise), as the API server's optimistic concurrency has it.
-func (s *Store) update(resource string, obj runtime.Object) (runtime.Object, error) {
-	obj = obj.DeepCopyObject()
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, err
-	}
-	k := types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	old, ok := s.objects[resource][k]
-	if !ok {
+	switch {
+	case create && ok:
+		return nil, apierrors.NewAlreadyExists(groupResource(resource), k.Name)
+	case create && s.objects[resource] == nil:
+		s.objects[resource] = map[types.NamespacedName]runtime.Object{}
+	case !create && !ok:
 		return nil, apierrors.NewNotFound(groupResource(resource), k.Name)
-	}
-	if rv := m.GetResourceVersion(); rv != "" {
-		if cur := resourceVersion(old); rv != cur {
-			return nil, apierrors.NewConflict(groupResource(resource), k.Name,
-				fmt.Errorf("the object has been modified (resourceVersion %s, stored %s); please apply your changes to the latest version and try again", rv, cur))
-		}
+	case !create && m.GetResourceVersion() != "" && m.GetResourceVersion() != resourceVersion(old):
+		return nil, apierrors.NewConflict(groupResource(resource), k.Name,
+			fmt.Errorf("the object has been modified (resourceVersion %s, stored %s); please apply your changes to the latest version and try again",
+				m.GetResourceVersion(), resourceVersion(old)))
 	}
 	s.write(resource, k, old, obj, false)
 	return obj.DeepCopyObject(), nil
