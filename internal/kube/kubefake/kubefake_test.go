@@ -103,8 +103,8 @@ func TestWatchDeliversWritesInOrderAtTheirResourceVersions(t *testing.T) {
 	}
 	defer w.Stop()
 	b, err := pods.Create(ctx, pod("b", "n1", nil), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || b.ResourceVersion != "2" {
+		t.Fatalf("create of b: at %q, %v; want resourceVersion 2", b.ResourceVersion, err)
 	}
 	a := list.Items[0].DeepCopy()
 	a.Labels = map[string]string{"x": "1"}
