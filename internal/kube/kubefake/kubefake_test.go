@@ -249,7 +249,7 @@ func TestStrategicMergePatchAgreesWithApimachinery(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := tc.obj()
-			resource, _ := ResourceOf(before)
+			resource, _ := resourceOf(before)
 			m, _ := before.(interface{ GetName() string })
 			stored, err := c.Store().Get(resource, map[string]string{"events": "default"}[resource], m.GetName())
 			if err != nil {

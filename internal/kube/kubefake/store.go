@@ -50,8 +50,8 @@ func newStore() *Store {
 	return &Store{objects: map[string]map[types.NamespacedName]runtime.Object{}, watchers: map[*watcher]bool{}}
 }
 
-// ResourceOf is the resource an object of kube.Scheme is stored under: pods for a Pod.
-func ResourceOf(obj runtime.Object) (string, error) {
+// resourceOf is the resource an object of kube.Scheme is stored under: pods for a Pod.
+func resourceOf(obj runtime.Object) (string, error) {
 	kinds, _, err := kube.Scheme.ObjectKinds(obj)
 	if err != nil {
 		return "", err
@@ -62,7 +62,7 @@ func ResourceOf(obj runtime.Object) (string, error) {
 
 // Add stores a new object (a copy) at the next resourceVersion and tells the watches.
 func (s *Store) Add(obj runtime.Object) error {
-	resource, err := ResourceOf(obj)
+	resource, err := resourceOf(obj)
 	if err != nil {
 		return err
 	}
