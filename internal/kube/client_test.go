@@ -9,22 +9,55 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
+
+// request is what a fake API server saw of one request: method, path, user agent,
+// Accept and Content-Type.
+type request struct{ method, path, agent, accept, body string }
+
+// Protobuf for the built-in resources, as client-go's generated clients ask for them;
+// JSON elsewhere.
+const protobuf, jsonAccept = "application/vnd.kubernetes.protobuf,application/json", "application/json"
+
+// recordRequests is an API server answering every request with a Status, and the
+// requests it saw.
+func recordRequests(t *testing.T) (*httptest.Server, *[]request) {
+	var got []request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
+		got = append(got, request{r.Method, path, r.Header.Get("User-Agent"), r.Header.Get("Accept"), r.Header.Get("Content-Type")})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &got
+}
+
+func sameRequests(t *testing.T, got, want []request) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("requests %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("request %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+}
 
 // The groups Client serves answer through one shared token bucket and user agent,
 // as kubernetes.NewForConfig's do, each at its own path.
 func TestClientServesTheAgentsGroupsThroughOneTransport(t *testing.T) {
-	type request struct{ method, path, agent, accept, body string }
-	var got []request
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, request{r.Method, r.URL.Path, r.Header.Get("User-Agent"), r.Header.Get("Accept"), r.Header.Get("Content-Type")})
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Success"}`))
-	}))
-	defer srv.Close()
+	srv, got := recordRequests(t)
 	c, err := NewClient(&rest.Config{Host: srv.URL, QPS: 5, Burst: 10, UserAgent: "evictiond"})
 	if err != nil {
 		t.Fatal(err)
@@ -49,28 +82,49 @@ func TestClientServesTheAgentsGroupsThroughOneTransport(t *testing.T) {
 	_ = c.PolicyV1().Evictions("ns").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}})
 	_, _ = c.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{}, metav1.CreateOptions{})
 	_, _ = c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{}, metav1.CreateOptions{})
-	// Protobuf for the built-in resources, as client-go's generated clients ask for them;
-	// the eviction as JSON, as client-go's EvictionExpansion sends it.
-	const protobuf, json = "application/vnd.kubernetes.protobuf,application/json", "application/json"
+	// The eviction goes as JSON, as client-go's EvictionExpansion sends it.
 	want := []request{
-		{"GET", "/readyz", "evictiond", json + ", */*", ""},
+		{"GET", "/readyz", "evictiond", jsonAccept + ", */*", ""},
 		{"GET", "/api/v1/namespaces/ns/pods", "evictiond", protobuf, ""},
 		{"GET", "/api/v1/nodes/n1", "evictiond", protobuf, ""},
-		{"POST", "/api/v1/namespaces/ns/pods/p/eviction", "evictiond", json + ", */*", json},
+		{"POST", "/api/v1/namespaces/ns/pods/p/eviction", "evictiond", jsonAccept + ", */*", jsonAccept},
 		{"POST", "/apis/authentication.k8s.io/v1/tokenreviews", "evictiond", protobuf, "application/vnd.kubernetes.protobuf"},
 		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "evictiond", protobuf, "application/vnd.kubernetes.protobuf"},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("requests %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("request %d: %v, want %v", i, got[i], want[i])
-		}
-	}
+	sameRequests(t, *got, want)
 	if _, err := NewClient(&rest.Config{Host: srv.URL, QPS: 5}); err == nil {
 		t.Error("QPS without burst: no error")
 	}
+}
+
+// The webhook's client asks what client-go's typed clients ask, options included.
+func TestAdmissionClientRequests(t *testing.T) {
+	srv, got := recordRequests(t)
+	a, err := NewAdmissionClient(&rest.Config{Host: srv.URL, UserAgent: "evictiond-webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "tls"}}
+	_, _ = a.Secrets("ns").Get(ctx, "tls", metav1.GetOptions{ResourceVersion: "7"})
+	_, _ = a.Secrets("ns").Create(ctx, secret, metav1.CreateOptions{FieldManager: "evictiond"})
+	_, _ = a.Secrets("ns").Update(ctx, secret, metav1.UpdateOptions{})
+	_, _ = a.ValidatingWebhookConfigurations().Get(ctx, "vwc", metav1.GetOptions{})
+	_, _ = a.ValidatingWebhookConfigurations().Patch(ctx, "vwc", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{})
+	_, _ = a.Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	_, _ = a.Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=n1", TimeoutSeconds: ptr.To[int64](5)})
+	_ = a.Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{})
+	const pb = "application/vnd.kubernetes.protobuf"
+	sameRequests(t, *got, []request{
+		{"GET", "/api/v1/namespaces/ns/secrets/tls?resourceVersion=7", "evictiond-webhook", protobuf, ""},
+		{"POST", "/api/v1/namespaces/ns/secrets?fieldManager=evictiond", "evictiond-webhook", protobuf, pb},
+		{"PUT", "/api/v1/namespaces/ns/secrets/tls", "evictiond-webhook", protobuf, pb},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/vwc", "evictiond-webhook", protobuf, ""},
+		{"PATCH", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/vwc", "evictiond-webhook", protobuf, string(types.JSONPatchType)},
+		{"GET", "/api/v1/namespaces/ns/pods/p", "evictiond-webhook", protobuf, ""},
+		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&timeout=5s&timeoutSeconds=5", "evictiond-webhook", protobuf, ""},
+		{"DELETE", "/api/v1/namespaces/ns/pods/p", "evictiond-webhook", protobuf, pb},
+	})
 }
 
 // The agent's binary links the API types of Scheme's groups and no typed client of
