@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -127,27 +129,47 @@ func TestAdmissionClientRequests(t *testing.T) {
 	})
 }
 
+var agentDeps struct {
+	once sync.Once
+	pkgs []string
+	err  error
+}
+
+// agentLinks is every package cmd/evictiond links (go list -deps, once per test binary).
+func agentLinks(t *testing.T) []string {
+	t.Helper()
+	agentDeps.once.Do(func() {
+		out, err := exec.Command("go", "list", "-deps", "../../cmd/evictiond").Output()
+		agentDeps.pkgs, agentDeps.err = strings.Fields(string(out)), err
+	})
+	if agentDeps.err != nil {
+		t.Fatalf("go list -deps cmd/evictiond: %v", agentDeps.err)
+	}
+	if !slices.Contains(agentDeps.pkgs, "k8s.io/client-go/rest") {
+		t.Fatalf("go list found no k8s.io/client-go/rest in cmd/evictiond's dependencies: %v", agentDeps.pkgs)
+	}
+	return agentDeps.pkgs
+}
+
+// within is whether pkg is one of roots or below one.
+func within(pkg string, roots ...string) bool {
+	return slices.ContainsFunc(roots, func(r string) bool { return pkg == r || strings.HasPrefix(pkg, r+"/") })
+}
+
 // The agent's binary links the API types of Scheme's groups and no typed client of
 // client-go: one import of k8s.io/client-go/kubernetes/... (a typed client, its fake,
 // the informer factory, discovery) registers every built-in group and brings back the
 // 17 MiB this package's own client saves (docs/scale.md, "Where the bytes went").
 func TestBinaryLinksOnlyTheGroupsOfScheme(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "../../cmd/evictiond").Output()
-	if err != nil {
-		t.Fatalf("go list -deps cmd/evictiond: %v", err)
-	}
 	registered := map[string]bool{}
 	for _, typ := range Scheme.AllKnownTypes() {
 		registered[typ.PkgPath()] = true
 	}
-	forbidden := []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/discovery",
-		"k8s.io/client-go/applyconfigurations", "k8s.io/client-go/dynamic", "k8s.io/apiserver"}
 	var apiGroups int
-	for _, pkg := range strings.Fields(string(out)) {
-		for _, f := range forbidden {
-			if pkg == f || strings.HasPrefix(pkg, f+"/") {
-				t.Errorf("cmd/evictiond links %s: build the client on kube.Interface and kube.Scheme instead", pkg)
-			}
+	for _, pkg := range agentLinks(t) {
+		if within(pkg, "k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/discovery",
+			"k8s.io/client-go/applyconfigurations", "k8s.io/client-go/dynamic", "k8s.io/apiserver") {
+			t.Errorf("cmd/evictiond links %s: build the client on kube.Interface and kube.Scheme instead", pkg)
 		}
 		if strings.HasPrefix(pkg, "k8s.io/api/") {
 			apiGroups++
@@ -157,7 +179,7 @@ func TestBinaryLinksOnlyTheGroupsOfScheme(t *testing.T) {
 		}
 	}
 	if apiGroups == 0 {
-		t.Errorf("go list found no k8s.io/api package in cmd/evictiond's dependencies:\n%s", out)
+		t.Errorf("go list found no k8s.io/api package in cmd/evictiond's dependencies")
 	}
 }
 
@@ -166,20 +188,9 @@ func TestBinaryLinksOnlyTheGroupsOfScheme(t *testing.T) {
 // clients), and that the object tracker's managed fields, structured-merge-diff and
 // kube-openapi, about 2 MiB of the agent's resident binary (docs/scale.md).
 func TestBinaryDoesNotLinkClientGoTesting(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "../../cmd/evictiond").Output()
-	if err != nil {
-		t.Fatalf("go list -deps cmd/evictiond: %v", err)
-	}
-	var rest bool
-	for _, pkg := range strings.Fields(string(out)) {
-		for _, f := range []string{"k8s.io/client-go/gentype", "k8s.io/client-go/testing", "k8s.io/apimachinery/pkg/util/managedfields"} {
-			if pkg == f || strings.HasPrefix(pkg, f+"/") {
-				t.Errorf("cmd/evictiond links %s: make typed calls through kube.Resource, fake the API with kubefake", pkg)
-			}
+	for _, pkg := range agentLinks(t) {
+		if within(pkg, "k8s.io/client-go/gentype", "k8s.io/client-go/testing", "k8s.io/apimachinery/pkg/util/managedfields") {
+			t.Errorf("cmd/evictiond links %s: make typed calls through kube.Resource, fake the API with kubefake", pkg)
 		}
-		rest = rest || pkg == "k8s.io/client-go/rest"
-	}
-	if !rest {
-		t.Errorf("go list found no k8s.io/client-go/rest in cmd/evictiond's dependencies:\n%s", out)
 	}
 }
