@@ -15,12 +15,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/daemon"
+	"github.com/evictiond/evictiond/internal/kube/kubefake"
 	"github.com/evictiond/evictiond/internal/simulate"
 )
 
@@ -92,8 +91,6 @@ func simulateEvictions(t *testing.T, file string) []eviction {
 	return out
 }
 
-var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-
 func daemonEvictions(t *testing.T, file string) []eviction {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -127,20 +124,19 @@ func daemonEvictions(t *testing.T, file string) []eviction {
 		clk.SetTime(simulate.Epoch.Add(st.At))
 		before := node.Pods()
 		node.Apply(st.Input)
-		syncPods(t, client.Tracker(), before, node.Pods())
+		syncPods(t, client.Store(), before, node.Pods())
 		waitForCache(t, d, node.Pods())
 		seen := len(client.Actions())
 		d.Agent.Pass(ctx, "test")
 		for _, a := range client.Actions()[seen:] {
 			switch {
-			case a.Matches("create", "pods") && a.GetSubresource() == "eviction":
-				ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+			case a.Verb == "create" && a.Resource == "pods" && a.Subresource == "eviction":
+				ev := a.Object.(*policyv1.Eviction)
 				if !st.Input.Refused[*ev.DeleteOptions.Preconditions.UID] { // the API server answered 201
 					out = append(out, eviction{At: st.At, Pod: ev.Namespace + "/" + ev.Name, Kind: "evict"})
 				}
-			case a.Matches("delete", "pods"):
-				del := a.(k8stesting.DeleteAction)
-				out = append(out, eviction{At: st.At, Pod: del.GetNamespace() + "/" + del.GetName(), Kind: "delete"})
+			case a.Verb == "delete" && a.Resource == "pods":
+				out = append(out, eviction{At: st.At, Pod: a.Namespace + "/" + a.Name, Kind: "delete"})
 			}
 		}
 	}
@@ -149,7 +145,7 @@ func daemonEvictions(t *testing.T, file string) []eviction {
 
 // syncPods makes the API server hold the node's pods after a step, as a
 // kubelet's deletions and a scheduler's bindings would.
-func syncPods(t *testing.T, tracker k8stesting.ObjectTracker, before, after []*v1.Pod) {
+func syncPods(t *testing.T, store *kubefake.Store, before, after []*v1.Pod) {
 	t.Helper()
 	had := map[types.UID]bool{}
 	for _, p := range before {
@@ -159,14 +155,14 @@ func syncPods(t *testing.T, tracker k8stesting.ObjectTracker, before, after []*v
 	for _, p := range after {
 		has[p.UID] = true
 		if !had[p.UID] {
-			if err := tracker.Add(p); err != nil {
+			if err := store.Add(p); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	for _, p := range before {
 		if !has[p.UID] {
-			if err := tracker.Delete(podsResource, p.Namespace, p.Name); err != nil {
+			if err := store.Delete("pods", p.Namespace, p.Name); err != nil {
 				t.Fatal(err)
 			}
 		}

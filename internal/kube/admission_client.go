@@ -5,7 +5,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 )
 
@@ -37,18 +36,17 @@ func NewAdmissionClient(c *rest.Config) (*AdmissionClient, error) {
 }
 
 // Secrets of namespace.
-func (a *AdmissionClient) Secrets(namespace string) *gentype.Client[*corev1.Secret] {
-	return gentype.NewClient("secrets", a.core, parameterCodec, namespace,
-		func() *corev1.Secret { return &corev1.Secret{} }, gentype.PrefersProtobuf[*corev1.Secret]())
+func (a *AdmissionClient) Secrets(namespace string) Resource[*corev1.Secret] {
+	return Resource[*corev1.Secret]{a.core, "secrets", namespace, func() *corev1.Secret { return &corev1.Secret{} }}
 }
 
 // Pods of namespace.
 func (a *AdmissionClient) Pods(namespace string) PodInterface { return coreV1{a.core}.Pods(namespace) }
 
 // ValidatingWebhookConfigurations, cluster-scoped.
-func (a *AdmissionClient) ValidatingWebhookConfigurations() *gentype.Client[*admissionregistrationv1.ValidatingWebhookConfiguration] {
-	return gentype.NewClient("validatingwebhookconfigurations", a.admissionregistration, parameterCodec, "",
-		func() *admissionregistrationv1.ValidatingWebhookConfiguration {
+func (a *AdmissionClient) ValidatingWebhookConfigurations() Resource[*admissionregistrationv1.ValidatingWebhookConfiguration] {
+	return Resource[*admissionregistrationv1.ValidatingWebhookConfiguration]{a.admissionregistration,
+		"validatingwebhookconfigurations", "", func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 			return &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		}, gentype.PrefersProtobuf[*admissionregistrationv1.ValidatingWebhookConfiguration]())
+		}}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -27,9 +27,8 @@ import (
 // typed clients (k8s.io/client-go/kubernetes/...) all import its kubernetes/scheme,
 // which registers every built-in group, and with them their types, deep copies and
 // conversions, plus apply configurations and discovery's OpenAPI models: 17 of the 48
-// MiB the binary weighed with four of those clients (docs/scale.md). Client is
-// client-go's generic typed client (gentype, which the generated clients are made of)
-// on this scheme instead.
+// MiB the binary weighed with four of those clients (docs/scale.md). Client makes the
+// generated clients' requests itself (Resource) on this scheme instead.
 //
 // A new group is one AddToScheme line here, its rest.Interface in NewClient, and a
 // method on Interface (TestBinaryLinksNoClientsetScheme keeps kubernetes/... out).
@@ -190,22 +189,20 @@ func (c *Client) RESTClient() rest.Interface                { return c.core }
 
 type coreV1 struct{ rc rest.Interface }
 
-// Every resource goes as protobuf, as client-go's generated clients send them.
 func (g coreV1) Pods(namespace string) PodInterface {
-	return gentype.NewClientWithList("pods", g.rc, parameterCodec, namespace,
-		func() *corev1.Pod { return &corev1.Pod{} }, func() *corev1.PodList { return &corev1.PodList{} },
-		gentype.PrefersProtobuf[*corev1.Pod]())
+	return listResource[*corev1.Pod, *corev1.PodList]{
+		Resource[*corev1.Pod]{g.rc, "pods", namespace, func() *corev1.Pod { return &corev1.Pod{} }},
+		func() *corev1.PodList { return &corev1.PodList{} }}
 }
 
 func (g coreV1) Nodes() NodeInterface {
-	return gentype.NewClientWithList("nodes", g.rc, parameterCodec, "",
-		func() *corev1.Node { return &corev1.Node{} }, func() *corev1.NodeList { return &corev1.NodeList{} },
-		gentype.PrefersProtobuf[*corev1.Node]())
+	return listResource[*corev1.Node, *corev1.NodeList]{
+		Resource[*corev1.Node]{g.rc, "nodes", "", func() *corev1.Node { return &corev1.Node{} }},
+		func() *corev1.NodeList { return &corev1.NodeList{} }}
 }
 
 func (g coreV1) Events(namespace string) EventInterface {
-	return gentype.NewClient("events", g.rc, parameterCodec, namespace,
-		func() *corev1.Event { return &corev1.Event{} }, gentype.PrefersProtobuf[*corev1.Event]())
+	return Resource[*corev1.Event]{g.rc, "events", namespace, func() *corev1.Event { return &corev1.Event{} }}
 }
 
 type policyV1 struct{ rc rest.Interface }
@@ -216,7 +213,7 @@ func (g policyV1) Evictions(string) EvictionInterface { return evictions(g) }
 type evictions struct{ rc rest.Interface }
 
 // Evict is client-go's policy/v1 EvictionExpansion.Evict: a POST to the pod's eviction
-// subresource (core/v1's path, the policy group's body).
+// subresource (core/v1's path, the policy group's body, as JSON).
 func (e evictions) Evict(ctx context.Context, eviction *policyv1.Eviction) error {
 	return e.rc.Post().AbsPath("/api/v1").Namespace(eviction.Namespace).Resource("pods").
 		Name(eviction.Name).SubResource("eviction").Body(eviction).Do(ctx).Error()
@@ -225,15 +222,89 @@ func (e evictions) Evict(ctx context.Context, eviction *policyv1.Eviction) error
 type authenticationV1 struct{ rc rest.Interface }
 
 func (g authenticationV1) TokenReviews() TokenReviewInterface {
-	return gentype.NewClient("tokenreviews", g.rc, parameterCodec, "",
-		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} },
-		gentype.PrefersProtobuf[*authenticationv1.TokenReview]())
+	return Resource[*authenticationv1.TokenReview]{g.rc, "tokenreviews", "",
+		func() *authenticationv1.TokenReview { return &authenticationv1.TokenReview{} }}
 }
 
 type authorizationV1 struct{ rc rest.Interface }
 
 func (g authorizationV1) SubjectAccessReviews() SubjectAccessReviewInterface {
-	return gentype.NewClient("subjectaccessreviews", g.rc, parameterCodec, "",
-		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} },
-		gentype.PrefersProtobuf[*authorizationv1.SubjectAccessReview]())
+	return Resource[*authorizationv1.SubjectAccessReview]{g.rc, "subjectaccessreviews", "",
+		func() *authorizationv1.SubjectAccessReview { return &authorizationv1.SubjectAccessReview{} }}
+}
+
+// Object is an API object with metadata (every resource's item type).
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Resource is one resource of one group in one namespace ("": all, or cluster-scoped),
+// requested as client-go's generated typed clients request it: what client-go's gentype
+// does, without gentype, which imports client-go/testing (its fake) and with it the
+// managed-fields and OpenAPI machinery, about 2 MiB of resident binary (docs/scale.md).
+// Every resource goes as protobuf, as the generated clients send the built-in groups.
+type Resource[T Object] struct {
+	rc        rest.Interface
+	name      string
+	namespace string
+	newObject func() T
+}
+
+// listResource is a resource that is also listed and watched.
+type listResource[T Object, L runtime.Object] struct {
+	Resource[T]
+	newList func() L
+}
+
+func (r Resource[T]) request(req *rest.Request) *rest.Request {
+	return req.UseProtobufAsDefaultIfPreferred(true).NamespaceIfScoped(r.namespace, r.namespace != "").Resource(r.name)
+}
+
+// timeout is a list's or watch's TimeoutSeconds as the request's timeout (0: none).
+func timeout(opts metav1.ListOptions) time.Duration {
+	if opts.TimeoutSeconds == nil {
+		return 0
+	}
+	return time.Duration(*opts.TimeoutSeconds) * time.Second
+}
+
+func (r Resource[T]) Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error) {
+	result := r.newObject()
+	err := r.request(r.rc.Get()).Name(name).VersionedParams(&opts, parameterCodec).Do(ctx).Into(result)
+	return result, err
+}
+
+func (r listResource[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
+	result := r.newList()
+	err := r.request(r.rc.Get()).VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Do(ctx).Into(result)
+	return result, err
+}
+
+func (r Resource[T]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return r.request(r.rc.Get()).VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Watch(ctx)
+}
+
+func (r Resource[T]) Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error) {
+	result := r.newObject()
+	err := r.request(r.rc.Post()).VersionedParams(&opts, parameterCodec).Body(obj).Do(ctx).Into(result)
+	return result, err
+}
+
+func (r Resource[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	result := r.newObject()
+	err := r.request(r.rc.Put()).Name(obj.GetName()).VersionedParams(&opts, parameterCodec).Body(obj).Do(ctx).Into(result)
+	return result, err
+}
+
+func (r Resource[T]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
+	result := r.newObject()
+	err := r.request(r.rc.Patch(pt)).Name(name).SubResource(subresources...).VersionedParams(&opts, parameterCodec).
+		Body(data).Do(ctx).Into(result)
+	return result, err
+}
+
+func (r Resource[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return r.request(r.rc.Delete()).Name(name).Body(&opts).Do(ctx).Error()
 }

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/evictiond/evictiond/internal/kube"
@@ -66,12 +65,12 @@ type outage struct {
 }
 
 func (o *outage) install(c *kubefake.Clientset) {
-	c.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+	c.OnWatch("pods", func(a kubefake.Action) (bool, watch.Interface, error) {
 		o.attempts.Add(1)
 		if o.down.Load() {
 			return true, nil, refused
 		}
-		w, err := c.Tracker().Watch(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace())
+		w, err := c.Store().Watch("pods", a.Namespace, a.ListOptions)
 		if err != nil {
 			return true, nil, err
 		}
@@ -80,7 +79,7 @@ func (o *outage) install(c *kubefake.Clientset) {
 		o.mu.Unlock()
 		return true, w, nil
 	})
-	c.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	c.OnCall("list", "pods", func(kubefake.Action) (bool, runtime.Object, error) {
 		o.attempts.Add(1)
 		if o.down.Load() {
 			return true, nil, refused
@@ -186,7 +185,7 @@ func TestNodeCacheSeesPodsSoonAfterRepeatedOutages(t *testing.T) {
 			t.Fatalf("outage %d: %d list and watch attempts in 5 s; want the cache to retry at its own backoff (10-40 ms)", i+1, got)
 		}
 		o.start()
-		if err := c.Tracker().Create(corev1.SchemeGroupVersion.WithResource("pods"), testPod(name), "default"); err != nil {
+		if err := c.Store().Add(testPod(name)); err != nil {
 			t.Fatal(err)
 		}
 		took := waitPods(t, n, "pod "+name+" created after outage", hasPod(name), 2*time.Second)
@@ -245,8 +244,8 @@ func TestNodeCacheDropsPodsDeletedDuringAnOutage(t *testing.T) {
 			t.Fatal("the cache did not retry within 5 s of its watch ending")
 		}
 	}
-	// Deleted behind the cache's back: the tracker has no watcher to tell.
-	if err := c.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "default", "b"); err != nil {
+	// Deleted behind the cache's back: the store has no watcher to tell.
+	if err := c.Store().Delete("pods", "default", "b"); err != nil {
 		t.Fatal(err)
 	}
 	o.start()

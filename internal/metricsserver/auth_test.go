@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/evictiond/evictiond/internal/kube/kubefake"
@@ -50,14 +49,14 @@ func emptyAPI() *kubefake.Clientset {
 
 func newFakeAPI() *fakeAPI {
 	f := &fakeAPI{client: emptyAPI(), users: map[string]string{}, allowed: map[string]bool{}}
-	f.client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	f.client.OnCall("create", "tokenreviews", func(a kubefake.Action) (bool, runtime.Object, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.tokenReviews++
 		if f.tokenErr != nil {
 			return true, nil, f.tokenErr
 		}
-		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview).DeepCopy()
+		tr := a.Object.(*authenticationv1.TokenReview).DeepCopy()
 		if name, ok := f.users[tr.Spec.Token]; ok {
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{
 				Username: name, UID: "uid-" + name, Groups: []string{"system:authenticated"},
@@ -67,14 +66,14 @@ func newFakeAPI() *fakeAPI {
 		}
 		return true, tr, nil
 	})
-	f.client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	f.client.OnCall("create", "subjectaccessreviews", func(a kubefake.Action) (bool, runtime.Object, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.sarsLen++
 		if f.sarErr != nil {
 			return true, nil, f.sarErr
 		}
-		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		sar := a.Object.(*authorizationv1.SubjectAccessReview).DeepCopy()
 		f.lastSAR = sar.Spec
 		ok := sar.Spec.NonResourceAttributes != nil && sar.Spec.NonResourceAttributes.Path == "/metrics" &&
 			sar.Spec.NonResourceAttributes.Verb == "get" && f.allowed[sar.Spec.User]
@@ -287,7 +286,7 @@ func TestConcurrentRequestsWithOneTokenShareOneReview(t *testing.T) {
 	h.api.users["good"] = "scraper"
 	h.api.allowed["scraper"] = true
 	release := make(chan struct{})
-	h.api.client.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+	h.api.client.OnCall("create", "tokenreviews", func(kubefake.Action) (bool, runtime.Object, error) {
 		<-release
 		return false, nil, nil // on to the table reactor
 	})

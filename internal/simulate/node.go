@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/evictiond/evictiond/internal/agent"
 	"github.com/evictiond/evictiond/internal/brake"
@@ -278,7 +277,7 @@ func (n *Node) StopPodSandboxByPodUID(ctx context.Context, uid types.UID) error 
 	return err
 }
 
-// Clientset is a client-go fake API server for the daemon: it holds the
+// Clientset is a fake API server for the daemon: it holds the
 // scenario's pods, answers evictions with 201, or with the 429 of a
 // PodDisruptionBudget for the pods the current step refuses, and accepts the
 // escalation's deletes. Neither removes the pod: a scenario says when pods
@@ -292,13 +291,9 @@ func (n *Node) Clientset() (*kubefake.Clientset, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		create, ok := action.(k8stesting.CreateAction)
-		if !ok || action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		ev, ok := create.GetObject().(*policyv1.Eviction)
-		if !ok {
+	c.OnCall("create", "pods", func(a kubefake.Action) (bool, runtime.Object, error) {
+		ev, ok := a.Object.(*policyv1.Eviction)
+		if !ok || a.Subresource != "eviction" {
 			return false, nil, nil
 		}
 		if n.evictionRefused(ev) {
@@ -306,7 +301,7 @@ func (n *Node) Clientset() (*kubefake.Clientset, error) {
 		}
 		return true, ev, nil
 	})
-	c.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	c.OnCall("delete", "pods", func(kubefake.Action) (bool, runtime.Object, error) {
 		return true, nil, nil
 	})
 	return c, nil
