@@ -1168,7 +1168,8 @@ func TestRunBinaryStopsOnSIGTERM(t *testing.T) {
 // BenchmarkIdleAgent runs evictiond as a process (bin/evictiond from
 // $EVICTIOND_BIN, else this test binary acting as it) with the shipped
 // configuration on a node without pressure, and reports its resident memory
-// and CPU over 60 s of idling (1 s loop, 10 s housekeeping, watches open):
+// and CPU over 60 s of idling (1 s loop, 10 s housekeeping, watches open,
+// /metrics scraped every 15 s):
 // on a node without pods, and on one with 110 (the kubelet's default maxPods:
 // BestEffort pods bound to the node in the API server, each with its pod
 // cgroup; no kubelet runs them). make bench-footprint measures the same on the
@@ -1239,7 +1240,15 @@ func benchIdleAgent(b *testing.B, node string, pods int) {
 	for range b.N {
 		cpu0, at0 := procCPUTicks(b, pid), time.Now()
 		var maxRSS int64
+		lastScrape := time.Time{}
 		for time.Since(at0) < 60*time.Second {
+			// Scraped every 15 s as Prometheus would (gzip accepted: Go's client asks for it).
+			if time.Since(lastScrape) >= 15*time.Second {
+				if code, body := httpGet("http://" + addr + "/metrics"); code != http.StatusOK {
+					b.Fatalf("scraping /metrics: %d %s", code, body)
+				}
+				lastScrape = time.Now()
+			}
 			maxRSS = max(maxRSS, procRSSKiB(b, pid))
 			time.Sleep(time.Second)
 		}
