@@ -1270,15 +1270,9 @@ func benchIdleAgent(b *testing.B, node string, pods int) {
 // collector).
 func reportIdleMemory(b *testing.B, pid int, metricsURL string) {
 	b.Helper()
-	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	kib, err := proc.SmapsRollupKiB(pid)
 	if err != nil {
 		b.Fatal(err)
-	}
-	kib := map[string]float64{}
-	for _, line := range strings.Split(string(rollup), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
-			kib[strings.TrimSuffix(f[0], ":")], _ = strconv.ParseFloat(f[1], 64)
-		}
 	}
 	code, text := httpGet(metricsURL)
 	if code != http.StatusOK {
