@@ -37,3 +37,26 @@ func TestHandlerServesTheChecks(t *testing.T) {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 }
+
+// /metrics answers uncompressed even to a scraper that accepts gzip (Prometheus does): a gzip
+// writer would cost the idle agent about 800 KB of heap per scrape (Handler).
+func TestMetricsAreNotCompressed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "evictiond_test_total", Help: "A counter."}))
+	srv := httptest.NewServer(Handler(reg, nil, nil))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" || !strings.Contains(string(body), "evictiond_test_total 0") {
+		t.Errorf("/metrics with Accept-Encoding gzip: Content-Encoding %q, body %q; want the text uncompressed", enc, body)
+	}
+}

@@ -11,8 +11,8 @@ import (
 )
 
 // criStats reads the two stats calls the monitor needs straight from a CRI
-// gRPC connection. The daemon can pass internal/reclaim's CRI client as
-// RuntimeStats instead; this one serves `evictiond observe`.
+// gRPC connection, for `evictiond observe`. The daemon passes internal/reclaim's
+// connection instead (reclaim.RuntimeStats), so the agent has one.
 type criStats struct {
 	runtime runtimeapi.RuntimeServiceClient
 	images  runtimeapi.ImageServiceClient

@@ -87,7 +87,7 @@ func readKubeletConfig(hostRoot, path string) (*kubeletConfig, error) {
 }
 
 // runtimeConfigReader is the CRI call the kubelet takes its cgroup driver
-// from; internal/reclaim's client and DialCRI's have it.
+// from; reclaim.RuntimeStats and DialCRI's client have it.
 type runtimeConfigReader interface {
 	RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error)
 }

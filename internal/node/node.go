@@ -9,6 +9,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -96,11 +97,14 @@ func Open(ctx context.Context, cfg *policy.Config, opts Options) (n *Node, err e
 	monCfg.MemoryFormula, monCfg.HousekeepingInterval = monitor.MemoryFormula(cfg.MemoryFormula), cfg.HousekeepingInterval
 	monCfg.SignalReadErrors, monCfg.Logger = opts.Metrics.ObservationErr, log // monitor adds its component
 	monCfg.RuntimeEndpoint = opts.Runtime
-	rt, closeRT, err := monitor.DialCRI(cfg.Reclaim.CRIEndpoint)
+	// The monitor reads through reclaim's connection to the runtime: one for the agent.
+	rt, err := n.reclaimer.RuntimeStats()
+	if err == nil && cfg.Reclaim.CRIEndpoint == "" {
+		err = errors.New("no runtime socket detected")
+	}
 	if err != nil {
 		log.Warn("CRI unavailable for stats; imagefs read through cAdvisor, writable layers missing", "endpoint", cfg.Reclaim.CRIEndpoint, "err", err)
 	} else {
-		n.cleanups = append(n.cleanups, func() { _ = closeRT() })
 		monCfg.Runtime = rt
 	}
 	opts.Starting("starting the monitor (embedded cAdvisor)")

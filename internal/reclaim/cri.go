@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -25,6 +26,9 @@ type runtimeService interface {
 	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
 	StopContainer(ctx context.Context, containerID string, timeout int64) error
 	RemoveContainer(ctx context.Context, containerID string) error
+	// The monitor's reads (RuntimeStats).
+	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)
+	RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error)
 }
 
 // imageService is the part of the CRI image service the reclaimer calls (cri-api's
@@ -55,11 +59,10 @@ type criClient struct {
 	timeout time.Duration
 }
 
-// dialCRI connects to endpoint (unix:///path, or a bare /path) and checks, as the kubelet's
-// client does before use, that it answers the CRI v1 API of the services it is dialled for: a
-// Version call for the runtime service, an ImageFsInfo call for the image service, each bounded
-// by timeout.
-func dialCRI(endpoint string, timeout time.Duration, runtimeService, imageService bool) (*criClient, error) {
+// newCRIClient makes the connection to endpoint (unix:///path, or a bare /path) without
+// contacting it: gRPC connects on the first call and reconnects by itself, with the kubelet's
+// backoff.
+func newCRIClient(endpoint string, timeout time.Duration) (*criClient, error) {
 	target := endpoint
 	if strings.HasPrefix(target, "/") {
 		target = "unix://" + target
@@ -72,27 +75,61 @@ func dialCRI(endpoint string, timeout time.Duration, runtimeService, imageServic
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("localhost"),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(criMaxMsgSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(criMaxMsgSize), grpc.ForceCodec(criCodec{})),
 		grpc.WithConnectParams(params))
 	if err != nil {
 		return nil, err
 	}
-	c := &criClient{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn), timeout: timeout}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	return &criClient{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn), timeout: timeout}, nil
+}
+
+// criCodec is gRPC's proto codec, except that an answer is decoded from a buffer of its own size,
+// garbage once decoded. gRPC's codec copies every answer longer than one HTTP/2 frame into a
+// buffer of its process-wide pool, whose tiers round 32 KiB to 1 MiB up to 1 MiB, and the pool
+// keeps it until the second garbage collection after the call: on a node of 110 pods,
+// ListContainers (the image tracker) and ListContainerStats (the writable layers) answer about
+// 100 KB each every 10 s, so the idle agent held such a buffer nearly all the time, and the
+// collector counted it as live heap when it set its next goal (GOGC 50: 1.5 MiB more heap
+// before it collects). Copying the answer once into an exact-size buffer costs the same as the
+// pool's copy.
+type criCodec struct{}
+
+func (criCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("CRI codec: %T is not a protobuf message", v)
+	}
+	return proto.Marshal(m)
+}
+
+func (criCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("CRI codec: %T is not a protobuf message", v)
+	}
+	return proto.Unmarshal(data, m)
+}
+
+// Name is the content subtype of gRPC's own protobuf codec: the runtime sees no difference.
+func (criCodec) Name() string { return "proto" }
+
+// validate checks, as the kubelet's client does before use, that the endpoint answers the CRI
+// v1 API of the services it is used for: a Version call for the runtime service, an ImageFsInfo
+// call for the image service, each bounded by the call timeout.
+func (c *criClient) validate(endpoint string, runtimeService, imageService bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if runtimeService {
 		if _, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
-			_ = conn.Close()
-			return nil, fmt.Errorf("validate CRI v1 runtime API for endpoint %q: %w", endpoint, err)
+			return fmt.Errorf("validate CRI v1 runtime API for endpoint %q: %w", endpoint, err)
 		}
 	}
 	if imageService {
 		if _, err := c.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{}); err != nil {
-			_ = conn.Close()
-			return nil, fmt.Errorf("validate CRI v1 image API for endpoint %q: %w", endpoint, err)
+			return fmt.Errorf("validate CRI v1 image API for endpoint %q: %w", endpoint, err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // Close closes the connection.
@@ -173,6 +210,22 @@ func (c *criClient) RemoveContainer(ctx context.Context, containerID string) err
 	return err
 }
 
+func (c *criClient) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.runtime.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: filter})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetStats(), nil
+}
+
+func (c *criClient) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	return c.runtime.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
+}
+
 func (c *criClient) ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
@@ -194,4 +247,47 @@ func (c *criClient) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoRes
 	ctx, cancel := c.call(ctx)
 	defer cancel()
 	return c.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+}
+
+// RuntimeStats is the monitor's view of the reclaimer's runtime connection (monitor.RuntimeStats
+// and its cgroup driver query): the agent keeps one gRPC connection to the runtime, not one for
+// reclaim and one for the monitor's reads (each is an HTTP/2 transport with its read and write
+// buffers and five goroutines). Its calls do not wait for the reclaimer's check of the API
+// version (a hung runtime would hold them for the call timeout): a runtime that is down shows as
+// failed calls until it answers.
+type RuntimeStats struct{ r *Reclaimer }
+
+// RuntimeStats returns the reclaimer's connection for the monitor's reads; the error is an
+// endpoint that is not a unix socket.
+func (r *Reclaimer) RuntimeStats() (RuntimeStats, error) {
+	for _, ep := range []string{r.opts.RuntimeEndpoint, r.opts.ImageEndpoint} {
+		if _, err := r.client(ep); err != nil {
+			return RuntimeStats{}, err
+		}
+	}
+	return RuntimeStats{r: r}, nil
+}
+
+func (s RuntimeStats) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+	c, err := s.r.client(s.r.opts.ImageEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	return c.ImageFsInfo(ctx)
+}
+
+func (s RuntimeStats) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	c, err := s.r.client(s.r.opts.RuntimeEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	return c.ListContainerStats(ctx, filter)
+}
+
+func (s RuntimeStats) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigResponse, error) {
+	c, err := s.r.client(s.r.opts.RuntimeEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	return c.RuntimeConfig(ctx)
 }

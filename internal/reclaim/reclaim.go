@@ -211,10 +211,14 @@ type Reclaimer struct {
 
 	runMu sync.Mutex // one step or tracking pass at a time: they share the image state
 
-	mu      sync.Mutex // guards the connections, created on first use
+	mu      sync.Mutex // guards the checked services, set on first use
 	runtime runtimeService
 	images  imageService
-	conns   []*criClient // one when the runtime and image endpoints are the same
+	// clients are the connections by endpoint (one when the runtime and image endpoints are
+	// the same), made on first use and kept: the monitor reads through them too (RuntimeStats).
+	clientsMu sync.Mutex
+	clients   map[string]*criClient
+	closed    bool
 	// lastConnectErr and lastConnectAt hold back reconnection attempts for connectRetryInterval:
 	// a failed attempt costs a Version call's timeout when the runtime hangs, and the loop would
 	// otherwise try every pass while the runtime is down.
@@ -250,11 +254,13 @@ func New(opts Options) (*Reclaimer, error) {
 func (r *Reclaimer) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.clientsMu.Lock()
+	defer r.clientsMu.Unlock()
 	var errs []error
-	for _, c := range r.conns {
+	for _, c := range r.clients {
 		errs = append(errs, c.Close())
 	}
-	r.conns, r.runtime, r.images = nil, nil, nil
+	r.clients, r.runtime, r.images, r.closed = nil, nil, nil, true
 	return errors.Join(errs...)
 }
 
@@ -287,21 +293,46 @@ func (r *Reclaimer) dial() (runtimeService, imageService, error) {
 		}
 	}
 	shared := r.opts.ImageEndpoint == r.opts.RuntimeEndpoint
-	rc, err := dialCRI(r.opts.RuntimeEndpoint, r.opts.CallTimeout, true, shared)
+	rc, err := r.client(r.opts.RuntimeEndpoint)
+	if err == nil {
+		err = rc.validate(r.opts.RuntimeEndpoint, true, shared)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to CRI runtime service %s: %w", r.opts.RuntimeEndpoint, err)
 	}
 	ic := rc
 	if !shared {
-		if ic, err = dialCRI(r.opts.ImageEndpoint, r.opts.CallTimeout, false, true); err != nil {
-			_ = rc.Close()
+		if ic, err = r.client(r.opts.ImageEndpoint); err == nil {
+			err = ic.validate(r.opts.ImageEndpoint, false, true)
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("connecting to CRI image service %s: %w", r.opts.ImageEndpoint, err)
 		}
-		r.conns = append(r.conns, ic)
 	}
-	r.conns = append(r.conns, rc)
 	r.runtime, r.images = rc, ic
 	return r.runtime, r.images, nil
+}
+
+// client is the connection to endpoint, made on first use (gRPC connects lazily: this does not
+// wait for the runtime).
+func (r *Reclaimer) client(endpoint string) (*criClient, error) {
+	r.clientsMu.Lock()
+	defer r.clientsMu.Unlock()
+	if c := r.clients[endpoint]; c != nil {
+		return c, nil
+	}
+	if r.closed {
+		return nil, errors.New("CRI connection closed")
+	}
+	c, err := newCRIClient(endpoint, r.opts.CallTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if r.clients == nil {
+		r.clients = map[string]*criClient{}
+	}
+	r.clients[endpoint] = c
+	return c, nil
 }
 
 // Run runs one reclaim step and measures what it freed. The error is for a step that could

@@ -309,17 +309,9 @@ func scrapePasses(t *testing.T, c *cluster.Cluster) passes {
 // heap held but unused (not yet returned to the kernel) and stacks, from its /metrics.
 func memoryBreakdown(t *testing.T, c *cluster.Cluster, pid int) string {
 	t.Helper()
-	rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	kib, err := proc.SmapsRollupKiB(pid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	kib := map[string]float64{}
-	for _, line := range strings.Split(string(rollup), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[2] == "kB" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			kib[strings.TrimSuffix(f[0], ":")] = v
-		}
 	}
 	text, err := c.EvictiondMetrics(context.Background())
 	if err != nil {

@@ -45,3 +45,22 @@ func RSSBytes(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }
+
+// SmapsRollupKiB is /proc/<pid>/smaps_rollup's fields in KiB ("Rss", "Anonymous", ...): the
+// resident memory split into anonymous and file-backed pages.
+func SmapsRollupKiB(pid int) (map[string]float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return nil, err
+	}
+	kib := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
+			kib[strings.TrimSuffix(f[0], ":")], _ = strconv.ParseFloat(f[1], 64)
+		}
+	}
+	if _, ok := kib["Anonymous"]; !ok {
+		return nil, fmt.Errorf("/proc/%d/smaps_rollup: no Anonymous field", pid)
+	}
+	return kib, nil
+}
