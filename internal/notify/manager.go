@@ -439,15 +439,17 @@ func (m *Manager) pollOnce(met map[string]bool, lastErr string) string {
 
 // urgentHorizon: a hard threshold that a ramp at twice the rate measured
 // between the poll's last two reads would reach within this long asks for
-// the boost (Urgent) now. The boost's first request must come while the
+// the boost (Urgent) now: the second Urgent promises the booster (the brake
+// may have to act within it). The boost's first request must come while the
 // agent's threads can still get a CPU: at the pod's weight, on a node whose
 // CPUs are all taken, a thread of the agent holding the Go scheduler's P (or
 // the garbage collector's stop-the-world waiting for it) kept the real-time
-// poll from reading for 50-630 ms, its read later than its wait and its
+// poll from reading for 50-630 ms (286 ms once with a 500 ms horizon: a
+// starved hog that sped up), its read later than its wait and its
 // thread never runnable meanwhile (the trail's "queued 0s"; make bench-ramp,
 // busy setups with the host's CPUs taken too, 2026-11-26). Boosted, every
 // thread of the agent runs at once.
-const urgentHorizon = 500 * time.Millisecond
+const urgentHorizon = time.Second
 
 // pollRead is pollOnce that also returns what it read (nil on error), for
 // the pacer. pacer, when not nil, is the poll's, before its next(): its

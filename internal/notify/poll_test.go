@@ -282,7 +282,8 @@ func TestPollAsksForUrgencyAheadOfAFastApproach(t *testing.T) {
 		{"steady", 100 * time.Millisecond, 900 * mi, false},
 		{"rising", 200 * time.Millisecond, 1000 * mi, false},
 		{"falling 100 MiB in 100 ms: 900 MiB away, reached in 0.9 s, 0.45 s at twice the rate", 300 * time.Millisecond, 900 * mi, true},
-		{"falling 40 MiB in 100 ms: 860 MiB away, 1.07 s at twice the rate", 400 * time.Millisecond, 860 * mi, false},
+		{"falling 60 MiB in 100 ms: 840 MiB away, 0.7 s at twice the rate", 400 * time.Millisecond, 840 * mi, true},
+		{"falling 30 MiB in 100 ms: 810 MiB away, 1.35 s at twice the rate", 500 * time.Millisecond, 810 * mi, false},
 	}
 	met := map[string]bool{}
 	for _, s := range steps {
