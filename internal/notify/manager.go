@@ -475,26 +475,24 @@ func (m *Manager) pollRead(met map[string]bool, lastErr string, pacer *pollPacer
 			continue
 		}
 		key := fmt.Sprintf("%s %d %g %s", t.name(), t.Available, t.Percentage, t.Bound)
-		now := o.Available < t.resolve(o.Capacity)
+		h := o.Available - t.resolve(o.Capacity) // negative: met
+		now := h < 0
 		if now != met[key] { // an unseen threshold counts as "not met" before
 			crossed = true
 			memoryMet = memoryMet || (now && t.memory())
 		}
 		met[key] = now
-		if t.memory() {
-			if h := o.Available - t.resolve(o.Capacity); headroom == noHeadroom || h < headroom {
-				headroom, at = h, o.Time
-			}
+		if t.memory() && (headroom == noHeadroom || h < headroom) {
+			headroom, at = h, o.Time
 		}
 		if t.Hard && !urgent {
 			rate := float64(m.opts.PollRampRate)
 			if t.Signal == policy.SignalPIDAvailable {
 				rate = PollPIDRampRate
 			}
-			headroom := float64(o.Available - t.resolve(o.Capacity))
-			urgent = headroom < rate*m.current().PollInterval.Seconds()
+			urgent = float64(h) < rate*m.current().PollInterval.Seconds()
 			if pacer != nil {
-				urgent = urgent || headroom < 2*pacer.falling(t.Signal, o)*urgentHorizon.Seconds()
+				urgent = urgent || float64(h) < 2*pacer.falling(t.Signal, o)*urgentHorizon.Seconds()
 			}
 		}
 	}
