@@ -352,11 +352,11 @@ func (m *Manager) runPoll(ctx context.Context) {
 		return
 	case <-m.firstArm:
 	}
-	sleep, release := m.pollSleeper(ctx)
+	sleep, release, onThread := m.pollSleeper(ctx)
 	defer release()
 	// On its own thread, the poll's trail counts the thread's waits for a CPU.
 	runDelay := func() (time.Duration, bool) { return 0, false }
-	if m.opts.Sentinel != nil {
+	if onThread {
 		if read, closeRD, err := threadRunDelay(); err == nil {
 			runDelay = read
 			defer closeRD()
@@ -405,16 +405,17 @@ func (m *Manager) runPoll(ctx context.Context) {
 // an eventfd that ctx's end writes) rather than on a Go timer: a timer is
 // fired by whichever runtime thread checks the timers, at the pod's CPU
 // weight, so a real-time poll would still wake late on a node whose CPUs are
-// all taken. The kernel wakes this thread itself at the deadline.
-func (m *Manager) pollSleeper(ctx context.Context) (sleep func(time.Duration) bool, release func()) {
+// all taken. The kernel wakes this thread itself at the deadline. onThread
+// is whether the poll's goroutine is locked to its own thread.
+func (m *Manager) pollSleeper(ctx context.Context) (sleep func(time.Duration) bool, release func(), onThread bool) {
 	if m.opts.Sentinel != nil {
 		s, release, err := newKernelSleeper(ctx, m.opts.Sentinel)
 		if err == nil {
-			return s, release
+			return s, release, true
 		}
 		m.log.Warn("fast poll: waiting on Go timers, not on the kernel", "err", err)
 	}
-	return func(d time.Duration) bool { return sleepOnTimer(ctx, d) }, func() {}
+	return func(d time.Duration) bool { return sleepOnTimer(ctx, d) }, func() {}, false
 }
 
 // sleepOnTimer waits d on a Go timer, or until ctx ends (then false).
