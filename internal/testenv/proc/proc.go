@@ -27,7 +27,8 @@ type Process struct {
 }
 
 // Start starts the process. Pdeathsig: a test binary killed by `go test
-// -timeout` leaves no component behind. Own process group: a Ctrl-C reaches
+// -timeout` leaves no component behind (StartCmd says why it forks from its
+// own thread). Own process group: a Ctrl-C reaches
 // the test first, whose cleanup stops things in order.
 func (p *Process) Start() error {
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -37,7 +38,7 @@ func (p *Process) Start() error {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := StartCmd(cmd); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting %s (%s): %w", p.Name, p.Path, err)
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // A Node is a VM booted from a Debian root filesystem with systemd as PID 1,
@@ -139,7 +141,7 @@ func StartNode(ctx context.Context, opts NodeOptions) (*Node, error) {
 	n.cmd.Stdout, n.cmd.Stderr = &qemuOut, &qemuOut
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	n.Started = time.Now()
-	if err := n.cmd.Start(); err != nil {
+	if err := proc.StartCmd(n.cmd); err != nil {
 		return nil, fmt.Errorf("vm: starting qemu: %w", err)
 	}
 	go func() {

@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/evictiond/evictiond/internal/testenv/proc"
 )
 
 // KernelEnv names the vmlinux to boot (hack/vm-kernel.sh prints it).
@@ -186,7 +188,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	cmd.Stdout, cmd.Stderr = &qemuOut, &qemuOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	runErr := cmd.Run()
+	runErr := proc.StartCmd(cmd)
+	if runErr == nil {
+		runErr = cmd.Wait()
+	}
 	res.Total = time.Since(start)
 
 	out, readErr := os.ReadFile(res.OutputPath)
