@@ -63,9 +63,9 @@ test-unit:
 
 # Fuzz targets, each for a bounded time.
 test-fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzParseThresholds$$' -fuzztime=$(FUZZTIME) ./internal/policy
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeConfig$$' -fuzztime=$(FUZZTIME) ./internal/policy
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeScenario$$' -fuzztime=$(FUZZTIME) ./internal/simulate
+	GO=$(GO) hack/fuzz.sh ./internal/policy FuzzParseThresholds $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/policy FuzzDecodeConfig $(FUZZTIME)
+	GO=$(GO) hack/fuzz.sh ./internal/simulate FuzzDecodeScenario $(FUZZTIME)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)

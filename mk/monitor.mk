@@ -33,4 +33,4 @@ bench-monitor: containerd-binaries
 test-monitor: fuzz-monitor
 .PHONY: fuzz-monitor
 fuzz-monitor:
-	$(GO) test -run='^$$' -fuzz='^FuzzParsePSI$$' -fuzztime=$(FUZZTIME) ./internal/monitor
+	GO=$(GO) hack/fuzz.sh ./internal/monitor FuzzParsePSI $(FUZZTIME)
