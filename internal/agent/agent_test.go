@@ -53,7 +53,8 @@ func (s *fakeStats) ObserveFast() policy.Observations {
 	return s.Observe(context.Background(), nil).Observations
 }
 
-func (s *fakeStats) FastReadings() []policy.Observations { return nil }
+func (s *fakeStats) FastReadings() []policy.Observations     { return nil }
+func (s *fakeStats) PeekFastReadings() []policy.Observations { return nil }
 
 func (s *fakeStats) PodCgroupUIDs() ([]types.UID, error) { return nil, nil }
 

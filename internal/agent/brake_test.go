@@ -593,3 +593,100 @@ func passesEverySecond(a *Agent, clock *fakeClock, stats *fakeStats, avail ...in
 		a.Pass(context.Background(), "test")
 	}
 }
+
+// inFlightStats is fakeStats with a fast poll that goes on reading while an
+// eviction request is in flight: slowEvictor queues its readings.
+type inFlightStats struct {
+	*fakeStats
+	mu   sync.Mutex
+	peek []policy.Observations
+}
+
+func (s *inFlightStats) PeekFastReadings() []policy.Observations {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.peek)
+}
+
+func (s *inFlightStats) poll(o policy.Observations) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peek = append(s.peek, o)
+}
+
+// slowEvictor is an API server slow to answer: while the request is in
+// flight the poll reads allocatableMemory.available falling perStep every
+// 5ms from `from` (at most steps readings, 2ms of real time apart, fewer if
+// the pod is frozen meanwhile), then the ladder answers.
+type slowEvictor struct {
+	ladderEvictor
+	stats         *inFlightStats
+	start         time.Time
+	from, perStep int64
+	steps         int
+	frozen        func() bool
+}
+
+func (e *slowEvictor) Evict(ctx context.Context, cands []policy.Candidate) eviction.Result {
+	for i := 1; i <= e.steps && !e.frozen(); i++ {
+		e.stats.poll(allocAt(e.from-int64(i)*e.perStep, e.start.Add(time.Duration(i)*5*time.Millisecond)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	return e.ladderEvictor.Evict(ctx, cands)
+}
+
+// inFlightAgent has passed a crossing of the 500Mi threshold at 110 MiB/s,
+// a ramp the graceful path outruns (4.5 s to go), and requests the eviction
+// through ev, whose answer comes after its readings.
+func inFlightAgent(t *testing.T, ev *slowEvictor) (*Agent, *fakeClock, *fakeStats, *fakeFreezer) {
+	a, clock, stats, fz := brakeAgent(t, "", ev)
+	s := &inFlightStats{fakeStats: stats}
+	a.stats, ev.stats = s, s
+	ev.frozen = func() bool { return len(fz.Held()) > 0 }
+	ev.start, ev.from = clock.now.Add(200*time.Millisecond), 499<<20
+	return a, clock, stats, fz
+}
+
+// An API server slow to accept the eviction (issue 30: 4.7 s on a busy node)
+// leaves the ramp running before the graceful path even starts. The brake
+// decides again on the poll's readings while the request is in flight: the
+// ramp speeds up to 400 MiB/s and the hog is frozen before the answer, then
+// killed once the eviction is accepted.
+func TestBrake_RampSpeedingUpWhileTheRequestIsInFlightIsBraked(t *testing.T) {
+	ev := &slowEvictor{ladderEvictor: ladderEvictor{outcome: eviction.OutcomeEvicted}, perStep: 2 << 20, steps: 200}
+	a, clock, stats, fz := inFlightAgent(t, ev)
+	rep := ramp(a, clock, stats, 510<<20, 499<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, kill hog" {
+		t.Errorf("freezer calls %q, want the hog frozen while its request was in flight, then killed", got)
+	}
+	if rep.Brake == nil || !rep.Brake.Fire || rep.Brake.Frozen != "ns/hog" || rep.Brake.Killed != "ns/hog" ||
+		!strings.Contains(rep.Brake.Reason, ": brake") {
+		t.Errorf("report %+v: want the brake fired on the in-flight readings", rep.Brake)
+	}
+}
+
+// The same request refused (every candidate's PodDisruptionBudget): the pod
+// frozen in flight is thawed, as one frozen before the request would be.
+func TestBrake_PodFrozenInFlightIsThawedWhenTheRequestIsRefused(t *testing.T) {
+	ev := &slowEvictor{ladderEvictor: ladderEvictor{outcome: eviction.OutcomeEvicted, refuse: map[string]bool{"hog": true, "calm": true}},
+		perStep: 2 << 20, steps: 200}
+	a, clock, stats, fz := inFlightAgent(t, ev)
+	ramp(a, clock, stats, 510<<20, 499<<20)
+	if got := strings.Join(fz.log, ", "); got != "freeze hog, thaw hog" || len(fz.Held()) != 0 {
+		t.Errorf("freezer calls %q, holds %v: want the hog frozen in flight, then thawed", got, fz.Held())
+	}
+}
+
+// A slow request while the ramp stays slow (110 MiB/s, 4.5 s to go, the
+// request answered after 20 of the poll's readings): nothing is frozen.
+func TestBrake_SlowRampWhileTheRequestIsInFlightKeepsTheGracefulPath(t *testing.T) {
+	ev := &slowEvictor{ladderEvictor: ladderEvictor{outcome: eviction.OutcomeEvicted}, perStep: 550 << 10, steps: 20}
+	a, clock, stats, fz := inFlightAgent(t, ev)
+	rep := ramp(a, clock, stats, 510<<20, 499<<20)
+	if len(fz.log) != 0 {
+		t.Errorf("freezer calls %v, want none", fz.log)
+	}
+	if rep.Brake == nil || rep.Brake.Fire || ev.calls != 1 {
+		t.Errorf("brake %+v, evictor calls %d: want one graceful eviction", rep.Brake, ev.calls)
+	}
+}

@@ -52,6 +52,12 @@ type Stats interface {
 	// with these, a crossing's first pass has one at once instead of reading
 	// again brake.sampleInterval later.
 	FastReadings() []policy.Observations
+	// PeekFastReadings returns what FastReadings would now, without taking
+	// them: the brake follows the node with them while an eviction request
+	// is in flight (how many looks there are depends on the API server's
+	// latency, which a replay does not have), and the next pass takes them
+	// as usual. Not recorded: a replay answers nothing here.
+	PeekFastReadings() []policy.Observations
 	// PodCgroupUIDs names the pods running on the node by their cgroups
 	// under kubepods: runtime UIDs, a static pod's being its mirror's
 	// kubernetes.io/config.mirror annotation.

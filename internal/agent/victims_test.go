@@ -59,6 +59,7 @@ func (n *liveNode) Observe(context.Context, []*v1.Pod) Observed {
 }
 func (n *liveNode) ObserveUsage(context.Context, []*v1.Pod, *Observed) {}
 func (n *liveNode) FastReadings() []policy.Observations                { return nil }
+func (n *liveNode) PeekFastReadings() []policy.Observations            { return nil }
 func (n *liveNode) PodCgroupUIDs() ([]types.UID, error)                { return nil, nil }
 func (n *liveNode) ObserveFast() policy.Observations {
 	obs := n.read()

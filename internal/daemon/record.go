@@ -120,6 +120,11 @@ func (r *Recorder) FastReadings() []policy.Observations {
 	return o
 }
 
+// PeekFastReadings is not recorded: the looks taken while an eviction
+// request is in flight depend on the API server's latency; the readings
+// themselves reach the trace with the next FastReadings.
+func (r *Recorder) PeekFastReadings() []policy.Observations { return r.Node.PeekFastReadings() }
+
 // PodCgroupUIDs records the pods found running by their cgroups.
 func (r *Recorder) PodCgroupUIDs() ([]types.UID, error) {
 	at := r.now()

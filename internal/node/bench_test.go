@@ -42,6 +42,9 @@ func (n statsNode) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.
 }
 func (n statsNode) ObserveFast() policy.Observations    { return n.stats.ObserveFast() }
 func (n statsNode) FastReadings() []policy.Observations { return n.stats.FastReadings() }
+func (n statsNode) PeekFastReadings() []policy.Observations {
+	return n.stats.PeekFastReadings()
+}
 func (n statsNode) PodCgroupUIDs() ([]types.UID, error) { return n.stats.PodCgroupUIDs() }
 
 // BenchmarkIdlePass is one pass of the loop on a node without pressure, as the

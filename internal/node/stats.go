@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -35,6 +36,9 @@ func (s Stats) ObserveFast() policy.Observations {
 // first.
 func (s Stats) FastReadings() []policy.Observations { return s.Recent.drain() }
 
+// PeekFastReadings returns the fast readings FastReadings would, leaving them.
+func (s Stats) PeekFastReadings() []policy.Observations { return s.Recent.peek() }
+
 // RecentReadings keeps the newest fast readings until the loop takes them:
 // written by the fast poll's goroutine, read by the loop's.
 type RecentReadings struct {
@@ -57,6 +61,15 @@ func (r *RecentReadings) add(obs policy.Observations) {
 		r.obs = append(r.obs[:0], r.obs[1:]...)
 	}
 	r.obs = append(r.obs, obs)
+}
+
+func (r *RecentReadings) peek() []policy.Observations {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.obs)
 }
 
 func (r *RecentReadings) drain() []policy.Observations {

@@ -335,6 +335,11 @@ func (n *replayNode) FastReadings() []policy.Observations {
 	return next(n, &n.answers.fasts, "FastReadings", false)
 }
 
+// PeekFastReadings answers nothing: the recording does not hold the looks
+// taken while a request was in flight (their readings are in the next
+// FastReadings answer), and the replay's requests are answered at once.
+func (n *replayNode) PeekFastReadings() []policy.Observations { return nil }
+
 func (n *replayNode) PodCgroupUIDs() ([]types.UID, error) {
 	return next(n, &n.answers.cgroups, "PodCgroupUIDs", true), nil
 }
