@@ -297,6 +297,14 @@ func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.
 		return h, false
 	}
 	br.Frozen = h.Pod
+	if h.StillFreezing != nil {
+		// Held all the same: the request goes ahead, and the kill (SIGKILL
+		// reaches a task in the kernel) or the thaw ends it as any hold.
+		attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal, "crossing", crossing.Format(time.RFC3339Nano),
+			"freezeWrittenAt", h.FrozenAt.Add(-h.FreezeTook).Format(time.RFC3339Nano), "stillFreezing", h.StillFreezing.Error(), "why", d.Reason}
+		a.log.Warn(strings.Replace(msg, "brake: pod frozen", "brake: pod freezing, not yet frozen", 1), append(attrs, a.stages.logAttrs()...)...)
+		return h, true
+	}
 	br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
 	a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
 	attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal,

@@ -1,6 +1,7 @@
 package brake
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -18,6 +19,12 @@ type Hold struct {
 	// the freeze took from the write.
 	FrozenAt   time.Time
 	FreezeTook time.Duration
+	// StillFreezing, when not nil, is PodCgroup.Freeze's ErrStillFreezing:
+	// the kernel had not confirmed the freeze, and FrozenAt is when Freeze
+	// stopped waiting for it, every task in user space stopped and the rest
+	// stopping as they leave the kernel. Kill, Thaw and the deadline work the
+	// same.
+	StillFreezing error
 	// Deadline is when the hold thaws by itself (brake.maxFreeze).
 	Deadline time.Time
 
@@ -57,11 +64,13 @@ func (b *Brake) Freeze(uid types.UID, pod string, cg PodCgroup, maxFreeze time.D
 		return *h, nil
 	}
 	start := time.Now()
-	if err := cg.Freeze(); err != nil {
+	err := cg.Freeze()
+	if err != nil && !errors.Is(err, ErrStillFreezing) {
 		return Hold{}, fmt.Errorf("freeze pod %s: %w", pod, err)
 	}
 	now := time.Now()
-	h := &Hold{UID: uid, Pod: pod, Cgroup: cg, FrozenAt: now, FreezeTook: now.Sub(start), Deadline: now.Add(maxFreeze)}
+	h := &Hold{UID: uid, Pod: pod, Cgroup: cg, FrozenAt: now, FreezeTook: now.Sub(start), StillFreezing: err,
+		Deadline: now.Add(maxFreeze)}
 	h.timer = time.AfterFunc(maxFreeze, func() { b.expire(uid, h) })
 	b.held[uid] = h
 	return *h, nil

@@ -57,9 +57,21 @@ func (c PodCgroup) check() error {
 	return nil
 }
 
-// freezeTimeout bounds how long Freeze waits for the kernel to report the
-// cgroup frozen; then the cgroup is thawed back and Freeze fails.
-const freezeTimeout = time.Second
+// freezeSettle bounds how long Freeze waits for the kernel to report the
+// cgroup frozen. A task stops at its next return to user space; one that
+// stays in the kernel — allocating at its memory cgroup's limit, in direct
+// reclaim, waiting for the OOM killer — keeps the cgroup FREEZING. On the
+// e2e node with every CPU taken, a hog at kubepods' limit kept it FREEZING
+// for the whole second Freeze used to wait, which then thawed it and left
+// the eviction request a second late, to the OOM killer (issue 30). Past
+// freezeSettle the freeze stays written (every task in user space is
+// stopped, the rest stop as they leave the kernel, and SIGKILL ends them
+// there) and Freeze returns ErrStillFreezing: the brake goes ahead.
+const freezeSettle = 50 * time.Millisecond
+
+// ErrStillFreezing: the freeze is written but a task of the cgroup had not
+// left the kernel within freezeSettle. The cgroup is left freezing.
+var ErrStillFreezing = errors.New("not frozen yet: a task has not left the kernel")
 
 // Freeze freezes every task in the cgroup and its descendants and returns
 // once the kernel reports the cgroup frozen. It writes the freeze once and
@@ -68,7 +80,8 @@ const freezeTimeout = time.Second
 // tries to let a racing `runc exec` through, and a pod allocating in memory
 // reclaim then stays FREEZING for hundreds of milliseconds, growing all the
 // while (in the e2e tier, past the OOM kill: docs/benchmarks-history.md). New children
-// of a freezing task are frozen by the kernel as they are forked.
+// of a freezing task are frozen by the kernel as they are forked. A cgroup
+// not frozen within freezeSettle is left freezing, with ErrStillFreezing.
 func (c PodCgroup) Freeze() error {
 	if err := c.check(); err != nil {
 		return err
@@ -81,7 +94,7 @@ func (c PodCgroup) Freeze() error {
 			return err == nil && strings.Contains(ev, "frozen 1")
 		}
 	}
-	deadline := time.Now().Add(freezeTimeout)
+	deadline := time.Now().Add(freezeSettle)
 	for i := 0; ; i++ {
 		if i%200 == 0 {
 			if err := cgroups.WriteFile(c.Dir, file, want); err != nil {
@@ -96,9 +109,7 @@ func (c PodCgroup) Freeze() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			// Never leave a pod half frozen.
-			_ = c.Thaw()
-			return fmt.Errorf("freezing %s: not frozen after %v (state %q)", c, freezeTimeout, strings.TrimSpace(state))
+			return fmt.Errorf("freezing %s: %w (state %q after %v)", c, ErrStillFreezing, strings.TrimSpace(state), freezeSettle)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}

@@ -3,10 +3,14 @@
 package brake
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 )
@@ -65,6 +69,63 @@ func TestV1_KillEndsEveryTaskOfAFrozenPod(t *testing.T) {
 
 func TestV1_BrakeHoldThawsAtItsDeadline(t *testing.T) {
 	testHoldThawsAtItsDeadline(t, newV1Pod(t))
+}
+
+// A task that allocates at its memory cgroup's limit with the OOM killer
+// disabled sleeps in the kernel (killable, not freezable) and keeps the pod
+// FREEZING, as the e2e tier's hog at kubepods' limit did on a busy node. The
+// brake holds it all the same within freezeSettle, leaving the freeze
+// written, and its kill ends the task there.
+func TestV1_BrakeHoldsAPodStuckInTheKernelAndKillsIt(t *testing.T) {
+	p := newV1Pod(t)
+	mem := filepath.Dir(p.memory)
+	for file, v := range map[string]string{"memory.limit_in_bytes": "64M", "memory.oom_control": "1"} {
+		if err := os.WriteFile(filepath.Join(mem, file), []byte(v), 0o644); err != nil {
+			t.Fatalf("writing %s of %s: %v", file, mem, err)
+		}
+	}
+	_, allocDone := p.start(t, "alloc")
+	waitFor(t, 10*time.Second, "the allocator to reach the 64M limit", func() bool { return p.memoryUsage(t) >= 63<<20 })
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-allocDone:
+		t.Fatalf("the allocator ended at the limit (%v): it should wait for memory there", err)
+	default:
+	}
+
+	b := New(nil)
+	start := time.Now()
+	h, err := b.Freeze("stuck", "ns/stuck", p.pod, 10*time.Second)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Freeze: %v, want a hold of the still freezing pod", err)
+	}
+	if !errors.Is(h.StillFreezing, ErrStillFreezing) {
+		t.Errorf("hold's StillFreezing = %v, want ErrStillFreezing (the allocator is in the kernel)", h.StillFreezing)
+	}
+	if took > freezeSettle+100*time.Millisecond {
+		t.Errorf("Freeze took %v, want about freezeSettle (%v)", took, freezeSettle)
+	}
+	if state, err := os.ReadFile(filepath.Join(p.pod.Dir, "freezer.state")); err != nil || strings.TrimSpace(string(state)) != "FREEZING" {
+		t.Errorf("freezer.state = %q (%v), want FREEZING: the freeze stays written", state, err)
+	}
+	if held := b.Held(); len(held) != 1 {
+		t.Errorf("holds %v, want the still freezing pod", held)
+	}
+
+	if _, n, ok, err := b.Kill("stuck", 5*time.Second); err != nil || !ok || n != 1 {
+		t.Fatalf("Kill: %d processes, ok %v, err %v; want the allocator killed", n, ok, err)
+	}
+	select {
+	case err := <-allocDone:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("allocator ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("allocator still running 5s after Kill")
+	}
+	t.Logf("held still freezing after %v (%v)", took, h.StillFreezing)
 }
 
 func BenchmarkV1_FreezeThaw(b *testing.B) {

@@ -152,7 +152,7 @@ func runDiskEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, ns, evicti
 		}
 		if setup.evictiond {
 			if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
-				res.frozenLatency = f.frozenAt.Sub(r.crossing)
+				res.frozenLatency = offset(f.frozenAt, r.crossing)
 			}
 		}
 		res.peakLatency = r.fullestAt.Sub(r.crossing)

@@ -177,7 +177,7 @@ func runBombEpisode(t *testing.T, c *cluster.Cluster, setup hogSetup, capacity, 
 		}
 		if setup.evictiond {
 			if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
-				res.frozenLatency = f.frozenAt.Sub(r.crossing)
+				res.frozenLatency = offset(f.frozenAt, r.crossing)
 			}
 		}
 		res.peakLatency = r.peakAt.Sub(r.crossing)

@@ -399,7 +399,7 @@ func runRampEpisode(t *testing.T, c *cluster.Cluster, setup rampSetup, rate ramp
 	}
 	if setup.evictiondMode != "" && !s.crossing.IsZero() {
 		if f, ok := brakeFrozen(t, c, ns, episodeStart); ok {
-			res.frozenLatency = f.frozenAt.Sub(s.crossing)
+			res.frozenLatency = offset(f.frozenAt, s.crossing)
 			res.freezeSplit = f.split(s.crossing)
 			res.passSteps, res.passWaits = f.passSteps, f.passWaits
 		}
@@ -602,9 +602,11 @@ type brakeFreeze struct {
 }
 
 // brakeFrozen finds evictiond's "brake: pod frozen" log line for the hog of namespace after
-// since, and returns its times (frozenAt always; the others when logged).
+// since, and returns its times (freezeStart always; the others when logged). A "brake: pod
+// freezing, not yet frozen" line (a task of the hog still in the kernel when the brake went
+// ahead) has no frozenAt.
 func brakeFrozen(t *testing.T, c *cluster.Cluster, namespace string, since time.Time) (brakeFreeze, bool) {
-	for _, line := range evictiondLogLines(t, c, "brake: pod frozen", since) {
+	for _, line := range evictiondLogLines(t, c, "brake: pod fr", since) {
 		// A CRI log line: timestamp, stream, tag, then evictiond's JSON record.
 		i := strings.IndexByte(line, '{')
 		if i < 0 {
@@ -617,14 +619,23 @@ func brakeFrozen(t *testing.T, c *cluster.Cluster, namespace string, since time.
 			PassStart    time.Time
 			Crossing     time.Time
 			FreezeTook   time.Duration // slog's JSON: nanoseconds
-			PassSteps    string
-			PassWaits    string
+			// FreezeWrittenAt: a freeze the kernel had not confirmed (no FrozenAt).
+			FreezeWrittenAt time.Time
+			PassSteps       string
+			PassWaits       string
 		}
-		if json.Unmarshal([]byte(line[i:]), &rec) != nil || rec.Pod != namespace+"/hog" || rec.FrozenAt.IsZero() {
+		if json.Unmarshal([]byte(line[i:]), &rec) != nil || rec.Pod != namespace+"/hog" {
 			continue
 		}
-		return brakeFreeze{pollCrossing: rec.PollCrossing, passStart: rec.PassStart, assessed: rec.Crossing,
-			freezeStart: rec.FrozenAt.Add(-rec.FreezeTook), frozenAt: rec.FrozenAt, passSteps: rec.PassSteps, passWaits: rec.PassWaits}, true
+		f := brakeFreeze{pollCrossing: rec.PollCrossing, passStart: rec.PassStart, assessed: rec.Crossing,
+			freezeStart: rec.FreezeWrittenAt, frozenAt: rec.FrozenAt, passSteps: rec.PassSteps, passWaits: rec.PassWaits}
+		switch {
+		case !rec.FrozenAt.IsZero():
+			f.freezeStart = rec.FrozenAt.Add(-rec.FreezeTook)
+		case rec.FreezeWrittenAt.IsZero():
+			continue
+		}
+		return f, true
 	}
 	return brakeFreeze{}, false
 }
