@@ -53,8 +53,11 @@ func (s *fakeStats) ObserveFast() policy.Observations {
 	return s.Observe(context.Background(), nil).Observations
 }
 
-func (s *fakeStats) FastReadings() []policy.Observations     { return nil }
-func (s *fakeStats) PeekFastReadings() []policy.Observations { return nil }
+func (s *fakeStats) FastReadings() []policy.Observations { return nil }
+func (s *fakeStats) LookInFlight(done <-chan struct{}, _ time.Duration) ([]policy.Observations, bool) {
+	<-done
+	return nil, false
+}
 
 func (s *fakeStats) PodCgroupUIDs() ([]types.UID, error) { return nil, nil }
 

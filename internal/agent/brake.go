@@ -135,29 +135,27 @@ func (a *Agent) racesInFlight(as *policy.Assessment, victim *v1.Pod) bool {
 // accepted while a 100 MiB/s hog went on to kubepods' limit and the OOM
 // killer (issue 30). When the brake fires meanwhile the first candidate is
 // frozen, as if it had fired before the request: killed once the request
-// is accepted, thawed if another pod is evicted or nothing is. The wait is
-// on the real clock: a scenario's and a replay's requests are answered at
-// once, and they have no readings to look at here.
+// is accepted, thawed if another pod is evicted or nothing is. The looks
+// are the node's (Stats.LookInFlight): on the real clock on a node, none in
+// a scenario (its requests take no time), the recorded ones in a replay.
 func (a *Agent) evictRacing(ctx context.Context, as *policy.Assessment, cands []policy.Candidate, d policy.BrakeDecision,
 	crossing time.Time, br *BrakeReport) (eviction.Result, policy.BrakeDecision, *brake.Hold) {
-	done := make(chan eviction.Result, 1)
-	go func() { done <- a.evictor.Evict(ctx, cands) }()
+	result := make(chan eviction.Result, 1)
+	answered := make(chan struct{})
+	go func() {
+		result <- a.evictor.Evict(ctx, cands)
+		close(answered)
+	}()
 	interval := a.engine.Config().Brake.SampleInterval
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
 	sig := as.Starved.Threshold.Signal
 	var last time.Time
 	var held *brake.Hold
-	for {
-		select {
-		case res := <-done:
-			return res, d, held
-		case <-tick.C:
+	for held == nil {
+		readings, ok := a.stats.LookInFlight(answered, interval)
+		if !ok {
+			break
 		}
-		if held != nil {
-			continue
-		}
-		readings, fresh := a.stats.PeekFastReadings(), false
+		fresh := false
 		for _, obs := range readings {
 			if o, ok := obs[sig]; ok && o.Time.After(last) {
 				last, fresh = o.Time, true
@@ -172,13 +170,14 @@ func (a *Agent) evictRacing(ctx context.Context, as *policy.Assessment, cands []
 			continue
 		}
 		br.BrakeDecision = nd
-		if h, ok := a.freezeVictim(cands[0].Pod, nd, crossing, br, "brake: pod frozen while its eviction request was in flight: the ramp outran the API server",
-			"brake: freeze while the eviction request was in flight failed; it terminates on the normal path"); ok {
-			d, held = nd, &h
-		} else {
-			return <-done, d, nil
+		h, ok := a.freezeVictim(cands[0].Pod, nd, crossing, br, "brake: pod frozen while its eviction request was in flight: the ramp outran the API server",
+			"brake: freeze while the eviction request was in flight failed; it terminates on the normal path")
+		if !ok {
+			break
 		}
+		d, held = nd, &h
 	}
+	return <-result, d, held
 }
 
 // brakeWatchMax bounds watchGraceful: the kubelet's minimum grace period

@@ -602,10 +602,15 @@ type inFlightStats struct {
 	peek []policy.Observations
 }
 
-func (s *inFlightStats) PeekFastReadings() []policy.Observations {
+func (s *inFlightStats) LookInFlight(done <-chan struct{}, interval time.Duration) ([]policy.Observations, bool) {
+	select {
+	case <-done:
+		return nil, false
+	case <-time.After(interval):
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.peek)
+	return slices.Clone(s.peek), true
 }
 
 func (s *inFlightStats) poll(o policy.Observations) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,12 +53,14 @@ type Stats interface {
 	// with these, a crossing's first pass has one at once instead of reading
 	// again brake.sampleInterval later.
 	FastReadings() []policy.Observations
-	// PeekFastReadings returns what FastReadings would now, without taking
-	// them: the brake follows the node with them while an eviction request
-	// is in flight (how many looks there are depends on the API server's
-	// latency, which a replay does not have), and the next pass takes them
-	// as usual. Not recorded: a replay answers nothing here.
-	PeekFastReadings() []policy.Observations
+	// LookInFlight waits while an eviction request is in flight, until
+	// interval has passed or done is closed (the answer came): ok is false
+	// when the answer came first; otherwise it returns the fast readings
+	// FastReadings would now, without taking them (the next pass takes them
+	// as usual), and the brake decides again on them. How many looks a
+	// request gets is the API server's latency: a recording keeps each look,
+	// and its replay gets the same looks whatever its own requests take.
+	LookInFlight(done <-chan struct{}, interval time.Duration) (readings []policy.Observations, ok bool)
 	// PodCgroupUIDs names the pods running on the node by their cgroups
 	// under kubepods: runtime UIDs, a static pod's being its mirror's
 	// kubernetes.io/config.mirror annotation.

@@ -59,8 +59,11 @@ func (n *liveNode) Observe(context.Context, []*v1.Pod) Observed {
 }
 func (n *liveNode) ObserveUsage(context.Context, []*v1.Pod, *Observed) {}
 func (n *liveNode) FastReadings() []policy.Observations                { return nil }
-func (n *liveNode) PeekFastReadings() []policy.Observations            { return nil }
-func (n *liveNode) PodCgroupUIDs() ([]types.UID, error)                { return nil, nil }
+func (n *liveNode) LookInFlight(done <-chan struct{}, _ time.Duration) ([]policy.Observations, bool) {
+	<-done
+	return nil, false
+}
+func (n *liveNode) PodCgroupUIDs() ([]types.UID, error) { return nil, nil }
 func (n *liveNode) ObserveFast() policy.Observations {
 	obs := n.read()
 	select {

@@ -120,10 +120,13 @@ func (r *Recorder) FastReadings() []policy.Observations {
 	return o
 }
 
-// PeekFastReadings is not recorded: the looks taken while an eviction
-// request is in flight depend on the API server's latency; the readings
-// themselves reach the trace with the next FastReadings.
-func (r *Recorder) PeekFastReadings() []policy.Observations { return r.Node.PeekFastReadings() }
+// LookInFlight records each look taken while an eviction request is in
+// flight, and the answer that ended them: the replay takes the same looks.
+func (r *Recorder) LookInFlight(done <-chan struct{}, interval time.Duration) ([]policy.Observations, bool) {
+	o, ok := r.Node.LookInFlight(done, interval)
+	r.t.Write(trace.Record{Kind: trace.KindLook, At: r.now(), Fasts: o, Answered: !ok})
+	return o, ok
+}
 
 // PodCgroupUIDs records the pods found running by their cgroups.
 func (r *Recorder) PodCgroupUIDs() ([]types.UID, error) {

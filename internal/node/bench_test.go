@@ -42,8 +42,8 @@ func (n statsNode) ObserveUsage(ctx context.Context, pods []*v1.Pod, obs *agent.
 }
 func (n statsNode) ObserveFast() policy.Observations    { return n.stats.ObserveFast() }
 func (n statsNode) FastReadings() []policy.Observations { return n.stats.FastReadings() }
-func (n statsNode) PeekFastReadings() []policy.Observations {
-	return n.stats.PeekFastReadings()
+func (n statsNode) LookInFlight(done <-chan struct{}, interval time.Duration) ([]policy.Observations, bool) {
+	return n.stats.LookInFlight(done, interval)
 }
 func (n statsNode) PodCgroupUIDs() ([]types.UID, error) { return n.stats.PodCgroupUIDs() }
 

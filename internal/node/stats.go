@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,8 +37,18 @@ func (s Stats) ObserveFast() policy.Observations {
 // first.
 func (s Stats) FastReadings() []policy.Observations { return s.Recent.drain() }
 
-// PeekFastReadings returns the fast readings FastReadings would, leaving them.
-func (s Stats) PeekFastReadings() []policy.Observations { return s.Recent.peek() }
+// LookInFlight waits interval, or until done, and returns the fast readings
+// FastReadings would, leaving them.
+func (s Stats) LookInFlight(done <-chan struct{}, interval time.Duration) ([]policy.Observations, bool) {
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil, false
+	case <-t.C:
+		return s.Recent.peek(), true
+	}
+}
 
 // RecentReadings keeps the newest fast readings until the loop takes them:
 // written by the fast poll's goroutine, read by the loop's.

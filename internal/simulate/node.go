@@ -151,9 +151,12 @@ func (n *Node) ObserveFast() policy.Observations {
 // FastReadings is empty: a scenario has no fast poll between its steps.
 func (n *Node) FastReadings() []policy.Observations { return nil }
 
-// PeekFastReadings is empty too; and a scenario's eviction requests are
-// answered at once, so the loop does not look while one is in flight.
-func (n *Node) PeekFastReadings() []policy.Observations { return nil }
+// LookInFlight waits for the answer: a scenario's eviction requests take no
+// time on its clock, so the loop takes no look while one is in flight.
+func (n *Node) LookInFlight(done <-chan struct{}, _ time.Duration) ([]policy.Observations, bool) {
+	<-done
+	return nil, false
+}
 
 // PodCgroupUIDs are the pods bound to the node: every one of them runs.
 func (n *Node) PodCgroupUIDs() ([]types.UID, error) {

@@ -213,6 +213,8 @@ func replaySteps(recs []trace.Record) ([]replayStep, *answers, []reload, error) 
 			ans.fast.add(r.Fast)
 		case trace.KindFastReadings:
 			ans.fasts.add(r.Fasts)
+		case trace.KindLook:
+			ans.looks.add(look{readings: r.Fasts, ok: !r.Answered})
 		case trace.KindCgroups:
 			ans.cgroups.add(r.UIDs)
 		case trace.KindReclaim:
@@ -261,6 +263,13 @@ type answers struct {
 	cgroups queue[[]types.UID]
 	reclaim queue[eviction.ReclaimResult]
 	podMem  queue[eviction.ReclaimResult]
+	looks   queue[look]
+}
+
+// look is one LookInFlight answer of a recording.
+type look struct {
+	readings []policy.Observations
+	ok       bool
 }
 
 // queue gives a recording's answers to one kind of call in order.
@@ -335,10 +344,25 @@ func (n *replayNode) FastReadings() []policy.Observations {
 	return next(n, &n.answers.fasts, "FastReadings", false)
 }
 
-// PeekFastReadings answers nothing: the recording does not hold the looks
-// taken while a request was in flight (their readings are in the next
-// FastReadings answer), and the replay's requests are answered at once.
-func (n *replayNode) PeekFastReadings() []policy.Observations { return nil }
+// LookInFlight gives the looks the recording took while each request was
+// in flight, in order, whatever the replay's own request takes: the one that
+// ended them (the answer) ends them here too. A recording without looks
+// (made before they were recorded) answers at once.
+func (n *replayNode) LookInFlight(done <-chan struct{}, _ time.Duration) ([]policy.Observations, bool) {
+	n.mu.Lock()
+	q := &n.answers.looks
+	var l look
+	if q.i < len(q.items) {
+		l = q.items[q.i]
+		q.i++
+	}
+	n.mu.Unlock()
+	if !l.ok {
+		<-done
+		return nil, false
+	}
+	return l.readings, true
+}
 
 func (n *replayNode) PodCgroupUIDs() ([]types.UID, error) {
 	return next(n, &n.answers.cgroups, "PodCgroupUIDs", true), nil

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +26,12 @@ import (
 // around the scenario's node, as `evictiond run --record-trace` wraps the
 // real one, and returns the recording.
 func recordScenario(t *testing.T, file string) ([]trace.Record, *policy.Config) {
+	t.Helper()
+	return recordScenarioOn(t, file, func(n *Node) daemon.Node { return n })
+}
+
+// recordScenarioOn is recordScenario with the recorder around wrap(node).
+func recordScenarioOn(t *testing.T, file string, wrap func(*Node) daemon.Node) ([]trace.Record, *policy.Config) {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -47,7 +55,7 @@ func recordScenario(t *testing.T, file string) ([]trace.Record, *policy.Config) 
 	w := trace.NewWriter(&buf)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rec := daemon.NewRecorder(ctx, node, w, clk.Now)
+	rec := daemon.NewRecorder(ctx, wrap(node), w, clk.Now)
 	rec.Start(node.Name, types.UID(sc.Self), sc.Config, false)
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: rec, Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler), OnPass: rec.OnPass})
@@ -83,6 +91,56 @@ func TestReplayOfARecordedScenarioAgrees(t *testing.T) {
 			t.Logf("%d records: evictions %q, brake %q", len(recs), ev, br)
 		})
 	}
+}
+
+// slowAPINode is a scenario's node whose API server is slow to answer the
+// first eviction request: while it is in flight the loop looks twice, and
+// the second look shows memory.available falling 100 MiB every 10 ms, and
+// the brake, fired on it, ends the looks.
+type slowAPINode struct {
+	*Node
+	now   func() time.Time
+	looks int
+}
+
+func (n *slowAPINode) LookInFlight(done <-chan struct{}, interval time.Duration) ([]policy.Observations, bool) {
+	n.looks++
+	switch n.looks {
+	case 1:
+		return nil, true // nothing new yet
+	case 2:
+		at := n.now()
+		obs := func(avail int64, d time.Duration) policy.Observations {
+			return policy.Observations{policy.SignalMemoryAvailable: {Available: avail, Capacity: 8 << 30, Time: at.Add(d)}}
+		}
+		return []policy.Observations{obs(300<<20, 10*time.Millisecond), obs(200<<20, 20*time.Millisecond)}, true
+	}
+	return n.Node.LookInFlight(done, interval)
+}
+
+// A recording in which the brake fired while a request was in flight (a
+// slow API server) replays to the same decisions: the replay's own requests
+// are answered at once, and it takes the recorded looks instead.
+func TestReplayTakesTheLooksOfARequestInFlight(t *testing.T) {
+	var slow *slowAPINode
+	recs, cfg := recordScenarioOn(t, "../../examples/memory-pressure.yaml", func(n *Node) daemon.Node {
+		slow = &slowAPINode{Node: n, now: n.now}
+		return slow
+	})
+	_, br := trace.Decisions(recs)
+	if slow.looks != 2 || len(br) == 0 || !strings.HasPrefix(br[0], "freeze ") {
+		t.Fatalf("looks %d, brake calls %q: the recording should freeze a pod while its request was in flight", slow.looks, br)
+	}
+	looks := 0
+	for _, r := range recs {
+		if r.Kind == trace.KindLook {
+			looks++
+		}
+	}
+	if looks != slow.looks {
+		t.Errorf("the recording holds %d looks, the loop took %d", looks, slow.looks)
+	}
+	requireAgreement(t, recs, cfg)
 }
 
 // realEpisode is a trace recorded by evictiond on the e2e cluster's node

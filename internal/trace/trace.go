@@ -31,6 +31,7 @@ const (
 	KindUsage        = "usage"        // Stats.ObserveUsage: the pods' fresh usage
 	KindFast         = "fast"         // Stats.ObserveFast
 	KindFastReadings = "fastReadings" // Stats.FastReadings
+	KindLook         = "look"         // Stats.LookInFlight: readings looked at, or the answer that ended the looks
 	KindCgroups      = "cgroups"      // Stats.PodCgroupUIDs
 	KindReclaim      = "reclaim"      // Reclaimer.Reclaim
 	KindPodReclaim   = "podReclaim"   // MemoryReclaimer.ReclaimPodMemory
@@ -61,6 +62,8 @@ type Record struct {
 	Fast  Observations   `json:"fast,omitempty"`
 	Fasts []Observations `json:"fasts,omitempty"`
 	UIDs  []types.UID    `json:"uids,omitempty"`
+	// look: the eviction request was answered before the look (no readings).
+	Answered bool `json:"answered,omitempty"`
 
 	Reclaim *Reclaim `json:"reclaim,omitempty"`
 	// podReclaim: the pod asked to give memory back (memory.reclaim) and
