@@ -90,7 +90,7 @@ func replay(recs []trace.Record, cfg *policy.Config, override bool, o replayOpti
 	epoch := start.At
 	clk := clocktesting.NewFakeClock(epoch)
 	sim := &Node{Name: start.Node, now: clk.Now, obs: policy.Observations{}, stats: policy.PodStatsByUID{}, held: map[types.UID]brake.Hold{}}
-	rn := &replayNode{Node: sim, answers: answers}
+	rn := &replayNode{Node: sim, answers: answers, clock: clk}
 	client, err := sim.Clientset()
 	if err != nil {
 		return nil, err
@@ -295,6 +295,9 @@ type replayNode struct {
 	// timer ticked a little later: one more reading may fit before the end.
 	// Those are answered (the last answer again) and not drift.
 	tail bool
+	// clock is the replay's: Observe moves it to the recorded readings'
+	// times (replayNode.Observe).
+	clock *clocktesting.FakeClock
 }
 
 // next takes q's next answer. Past the last, the replay asks what the real
@@ -327,6 +330,22 @@ func (n *replayNode) Observe(ctx context.Context, pods []*v1.Pod) agent.Observed
 	n.Node.mu.Lock()
 	n.Node.obs = copyObs(o.Observations)
 	n.Node.mu.Unlock()
+	// The recorded pass started when Observe was called and read the node
+	// after that; the loop's clock on the node was past every reading when
+	// it assessed them. The replay's clock stands at the pass's start: move
+	// it to the newest reading, or a pod seen gone in this pass would be
+	// gone "before" the readings that still count it (the e2e tier's PDB
+	// scenario: the credit for an evicted pod's memory refused, and an
+	// eviction the node did not make).
+	var newest time.Time
+	for _, ob := range o.Observations {
+		if ob.Time.After(newest) {
+			newest = ob.Time
+		}
+	}
+	if n.clock != nil && newest.After(n.clock.Now()) {
+		n.clock.SetTime(newest)
+	}
 	return out
 }
 

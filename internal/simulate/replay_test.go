@@ -27,11 +27,11 @@ import (
 // real one, and returns the recording.
 func recordScenario(t *testing.T, file string) ([]trace.Record, *policy.Config) {
 	t.Helper()
-	return recordScenarioOn(t, file, func(n *Node) daemon.Node { return n })
+	return recordScenarioOn(t, file, func(n *Node, _ *clocktesting.FakeClock) daemon.Node { return n })
 }
 
 // recordScenarioOn is recordScenario with the recorder around wrap(node).
-func recordScenarioOn(t *testing.T, file string, wrap func(*Node) daemon.Node) ([]trace.Record, *policy.Config) {
+func recordScenarioOn(t *testing.T, file string, wrap func(*Node, *clocktesting.FakeClock) daemon.Node) ([]trace.Record, *policy.Config) {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -55,7 +55,7 @@ func recordScenarioOn(t *testing.T, file string, wrap func(*Node) daemon.Node) (
 	w := trace.NewWriter(&buf)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rec := daemon.NewRecorder(ctx, wrap(node), w, clk.Now)
+	rec := daemon.NewRecorder(ctx, wrap(node, clk), w, clk.Now)
 	rec.Start(node.Name, types.UID(sc.Self), sc.Config, false)
 	d, err := daemon.New(ctx, cfg, daemon.Deps{Client: client, Pods: node, Node: rec, Recorder: &record.FakeRecorder{}, Clock: clk},
 		daemon.Options{NodeName: node.Name, SelfUID: types.UID(sc.Self), Logger: slog.New(slog.DiscardHandler), OnPass: rec.OnPass})
@@ -123,7 +123,7 @@ func (n *slowAPINode) LookInFlight(done <-chan struct{}, interval time.Duration)
 // are answered at once, and it takes the recorded looks instead.
 func TestReplayTakesTheLooksOfARequestInFlight(t *testing.T) {
 	var slow *slowAPINode
-	recs, cfg := recordScenarioOn(t, "../../examples/memory-pressure.yaml", func(n *Node) daemon.Node {
+	recs, cfg := recordScenarioOn(t, "../../examples/memory-pressure.yaml", func(n *Node, _ *clocktesting.FakeClock) daemon.Node {
 		slow = &slowAPINode{Node: n, now: n.now}
 		return slow
 	})
