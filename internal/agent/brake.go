@@ -111,15 +111,16 @@ func (a *Agent) evictWithBrake(ctx context.Context, as *policy.Assessment, pods 
 		res = a.evictor.Evict(ctx, cands)
 	}
 	a.resolveHolds(res, d, held, crossing, br)
-	if held == nil && !d.Fire && !cfg.DryRun && a.freezer != nil && cfg.Brake.Enabled && res.Outcome == eviction.OutcomeEvicted &&
-		res.Victim != nil && as.Starved.Threshold.Hard() && d.Signal.Brakeable() && d.TimeToExhaustion >= 0 {
+	if held == nil && !d.Fire && a.racesInFlight(as, victim.Pod) && res.Outcome == eviction.OutcomeEvicted &&
+		res.Victim != nil && d.TimeToExhaustion >= 0 {
 		a.startWatch(as, res, crossing, br)
 	}
 	return a.recordEviction(res, cands, obs)
 }
 
-// racesInFlight reports whether the brake follows the node while the
-// graceful eviction request for a hard threshold is in flight.
+// racesInFlight reports whether the brake follows the node past a graceful
+// eviction for a hard threshold: while its request is in flight, and once
+// accepted (the graceful watch).
 func (a *Agent) racesInFlight(as *policy.Assessment, victim *v1.Pod) bool {
 	cfg := a.engine.Config()
 	return cfg.Brake.Enabled && !cfg.DryRun && a.freezer != nil && as.Starved.Threshold.Hard() &&
@@ -296,19 +297,18 @@ func (a *Agent) freezeVictim(pod *v1.Pod, d policy.BrakeDecision, crossing time.
 		return h, false
 	}
 	br.Frozen = h.Pod
+	attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal, "crossing", crossing.Format(time.RFC3339Nano)}
 	if h.StillFreezing != nil {
 		// Held all the same: the request goes ahead, and the kill (SIGKILL
 		// reaches a task in the kernel) or the thaw ends it as any hold.
-		attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal, "crossing", crossing.Format(time.RFC3339Nano),
-			"freezeWrittenAt", h.FrozenAt.Add(-h.FreezeTook).Format(time.RFC3339Nano), "stillFreezing", h.StillFreezing.Error(), "why", d.Reason}
-		a.log.Warn(strings.Replace(msg, "brake: pod frozen", "brake: pod freezing, not yet frozen", 1), append(attrs, a.stages.logAttrs()...)...)
-		return h, true
+		msg = strings.Replace(msg, "brake: pod frozen", "brake: pod freezing, not yet frozen", 1)
+		attrs = append(attrs, "freezeWrittenAt", h.FrozenAt.Add(-h.FreezeTook).Format(time.RFC3339Nano), "stillFreezing", h.StillFreezing.Error())
+	} else {
+		br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
+		a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
+		attrs = append(attrs, "frozenAt", h.FrozenAt.Format(time.RFC3339Nano), "crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook)
 	}
-	br.CrossingToFrozen = h.FrozenAt.Sub(crossing)
-	a.metrics.BrakeCrossingToFrozen.WithLabelValues(string(d.Signal)).Observe(br.CrossingToFrozen.Seconds())
-	attrs := []any{"pod", h.Pod, "uid", h.UID, "signal", d.Signal,
-		"crossing", crossing.Format(time.RFC3339Nano), "frozenAt", h.FrozenAt.Format(time.RFC3339Nano),
-		"crossingToFrozen", br.CrossingToFrozen, "freezeTook", h.FreezeTook, "why", d.Reason}
+	attrs = append(attrs, "why", d.Reason)
 	a.log.Warn(msg, append(attrs, a.stages.logAttrs()...)...)
 	return h, true
 }
