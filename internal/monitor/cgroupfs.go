@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/evictiond/evictiond/internal/nodefs"
 )
@@ -34,16 +33,16 @@ func (l *cgroupLayout) readMemcgUsage(cgroupPath string) (memcgUsage, error) {
 	var u memcgUsage
 	var err error
 	if l.version == CgroupV2 {
-		if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
+		if u.usage, err = l.files.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
 			return u, err
 		}
-		err = nodefs.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile}, map[string]*int64{"file": &u.file})
+		err = l.files.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"inactive_file": &u.inactiveFile}, map[string]*int64{"file": &u.file})
 		return u, err
 	}
-	if u.usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
+	if u.usage, err = l.files.ReadInt64(filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 		return u, err
 	}
-	err = nodefs.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile}, map[string]*int64{"total_cache": &u.file})
+	err = l.files.ReadStatKeysOptional(filepath.Join(dir, "memory.stat"), map[string]*int64{"total_inactive_file": &u.inactiveFile}, map[string]*int64{"total_cache": &u.file})
 	return u, err
 }
 
@@ -56,7 +55,7 @@ func (l *cgroupLayout) readRootMemcgUsage() (memcgUsage, error) {
 	}
 	var u memcgUsage
 	var anon, file int64
-	err := nodefs.ReadStatKeys(filepath.Join(l.mountDir, "memory.stat"), map[string]*int64{
+	err := l.files.ReadStatKeys(filepath.Join(l.mountDir, "memory.stat"), map[string]*int64{
 		"anon": &anon, "file": &file, "inactive_file": &u.inactiveFile,
 	})
 	u.usage = anon + file
@@ -70,7 +69,7 @@ func (l *cgroupLayout) readMemoryLimit(cgroupPath string) (int64, error) {
 	if l.version == CgroupV2 {
 		name = "memory.max"
 	}
-	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), name))
+	return l.files.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), name))
 }
 
 // readSwapUsage is a cgroup's memory.swap.current (cgroup v2); nil on v1
@@ -80,7 +79,7 @@ func (l *cgroupLayout) readSwapUsage(cgroupPath string) *int64 {
 	if l.version != CgroupV2 {
 		return nil
 	}
-	v, err := nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "memory.swap.current"))
+	v, err := l.files.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "memory.swap.current"))
 	if err != nil {
 		return nil
 	}
@@ -117,9 +116,9 @@ func (l *cgroupLayout) countProcesses(cgroupPath string) (int64, error) {
 // v1 and on v2) — what pid.available counts.
 func (l *cgroupLayout) countTasks(cgroupPath string) (int64, error) {
 	if l.version == CgroupV1 {
-		return nodefs.ReadInt64(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
+		return l.files.ReadInt64(filepath.Join(l.dir("pids", cgroupPath), "pids.current"))
 	}
-	return nodefs.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
+	return l.files.ReadInt64(filepath.Join(l.dir("memory", cgroupPath), "pids.current"))
 }
 
 // readPodsPIDsLeft reads a cgroup's pids.max - pids.current: how many more
@@ -127,22 +126,17 @@ func (l *cgroupLayout) countTasks(cgroupPath string) (int64, error) {
 // "max" or the cgroup has no pids controller (nothing but pid_max bounds it).
 func (l *cgroupLayout) readPodsPIDsLeft(cgroupPath string) (left int64, limited bool, err error) {
 	dir := l.dir("pids", cgroupPath)
-	raw, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+	limit, err := l.files.ReadInt64(filepath.Join(dir, "pids.max"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	v := strings.TrimSpace(string(raw))
-	if v == "max" {
+	if limit == math.MaxInt64 { // "max"
 		return 0, false, nil
 	}
-	limit, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("parsing %s/pids.max %q: %w", dir, v, err)
-	}
-	current, err := nodefs.ReadInt64(filepath.Join(dir, "pids.current"))
+	current, err := l.files.ReadInt64(filepath.Join(dir, "pids.current"))
 	if err != nil {
 		return 0, false, err
 	}

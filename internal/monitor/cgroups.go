@@ -11,6 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/evictiond/evictiond/internal/nodefs"
 )
 
 // cgroupLayout knows where the kubelet puts pod cgroups for one driver and
@@ -26,6 +28,12 @@ type cgroupLayout struct {
 	kubepods string
 	// nameParts is kubepods as the kubelet's CgroupName (cgroup root + "kubepods").
 	nameParts []string
+	// files reads the cgroup files, keeping the node-level ones open (the
+	// monitor's, set when it takes the layout; nil keeps nothing).
+	files *nodefs.Files
+	// keepDirs are the directories whose files files keeps: the root
+	// memory cgroup's and kubepods' (Monitor.keepOpen), each ending in "/".
+	keepDirs []string
 }
 
 // detectCgroupVersion reports v2 when the mount is the unified hierarchy (it

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -360,18 +361,26 @@ func TestCgroupV1MemoryAvailableAgreesWithTheKernel(t *testing.T) {
 	requireCgroupV1(t)
 	tree := newTestCgroupTree(t, "mem")
 	kubepods := tree.root + "/kubepods"
-	const limit = 1 << 30
-	if err := os.WriteFile(filepath.Join(v1CgroupMount, "memory", kubepods, "memory.limit_in_bytes"), []byte(strconv.Itoa(limit)), 0o644); err != nil {
-		t.Fatalf("setting the kubepods limit: %v", err)
+	setLimit := func(limit int64) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(v1CgroupMount, "memory", kubepods, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+			t.Fatalf("setting the kubepods limit: %v", err)
+		}
 	}
+	setLimit(1 << 30)
 	uid := types.UID("dddddddd-0000-4000-8000-000000000004")
-	tree.start(t, tree.podCgroup(t, string(v1.PodQOSBurstable), uid), 128)
+	podCgroup := tree.podCgroup(t, string(v1.PodQOSBurstable), uid)
+	tree.start(t, podCgroup, 128)
 
 	m, err := New(tree.monitorConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
+		// A limit of its own at each read: the kubepods files are kept open
+		// after the first, and must read what the kernel says now.
+		limit := int64(1<<30 + i*64<<20)
+		setLimit(limit)
 		total := memTotal(t)
 		before := total - kernelWorkingSet(t, "/")
 		s := m.ObserveMemory()
@@ -401,6 +410,30 @@ func TestCgroupV1MemoryAvailableAgreesWithTheKernel(t *testing.T) {
 		if time.Since(o.Time) > time.Second {
 			t.Errorf("memory.available read %s ago", time.Since(o.Time))
 		}
+	}
+	// Kept open: the node's files, not the pods'.
+	s := m.Observe(context.Background(), []PodRef{{UID: uid, QOSClass: string(v1.PodQOSBurstable)}})
+	if s.Pods[uid].MemoryWorkingSet == nil {
+		t.Fatalf("pod %s not read: %s", uid, s.PodErrors[uid])
+	}
+	kept := m.files.Kept()
+	t.Logf("kept open: %s", strings.Join(kept, " "))
+	for _, want := range []string{"/proc/meminfo", filepath.Join(v1CgroupMount, "memory", kubepods, "memory.stat"),
+		filepath.Join(v1CgroupMount, "memory", kubepods, "memory.limit_in_bytes"), filepath.Join(v1CgroupMount, "memory", "memory.stat")} {
+		if !slices.Contains(kept, want) {
+			t.Errorf("%s is not kept open", want)
+		}
+	}
+	for _, p := range kept {
+		if strings.Contains(p, podCgroup) {
+			t.Errorf("the pod's %s is kept open", p)
+		}
+	}
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if kept := m.files.Kept(); len(kept) != 0 {
+		t.Errorf("still kept open after Stop: %v", kept)
 	}
 	// The memAvailable formula reports MemAvailable.
 	cfg := tree.monitorConfig(t)

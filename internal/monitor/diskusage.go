@@ -108,6 +108,8 @@ type podDisk struct {
 	memoryBacked map[string]bool
 	etcHosts     *diskUsage
 	errs         []string
+	// built is what an idle pass made of this measurement (addDiskUsage).
+	built *builtDisk
 }
 
 // diskWalker measures pods' logs and local volumes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -618,5 +619,72 @@ func TestFixturePodDiskReadsPodPressureOnlyWhileKubepodsStalls(t *testing.T) {
 	m.ObservePods(context.Background(), s, fixturePods)
 	if pp := s.Pods[podBurstable].MemoryPressure; pp == nil || pp.Some[0] != 1250 {
 		t.Errorf("ranking read: pod pressure %+v, want the pod's 12.50", pp)
+	}
+}
+
+// An idle pass gives the disk figures of the pass before without building
+// them again while neither the pod's measurement nor the writable layers
+// changed, and new figures as soon as either did.
+func TestFixtureIdlePassReusesDiskFiguresUntilTheyChange(t *testing.T) {
+	rt := &fakeRuntime{
+		fsInfo: &runtimeapi.ImageFsInfoResponse{},
+		stats: []*runtimeapi.ContainerStats{{
+			Attributes: &runtimeapi.ContainerAttributes{Id: appID, Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+				Labels: map[string]string{podUIDLabel: string(podBurstable)}},
+			WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{Value: 7 << 20}, InodesUsed: &runtimeapi.UInt64Value{Value: 42}},
+		}},
+	}
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS(filepath.Join("testdata", "v2-systemd"))); err != nil {
+		t.Fatal(err)
+	}
+	m := fixtureMonitor(t, "", CgroupDriverSystemd, func(c *Config) { c.HostRoot = root; c.Runtime = rt })
+	idle := func() policy.PodStats {
+		t.Helper()
+		s := m.ObserveNode(context.Background())
+		m.ObservePodDisk(context.Background(), s, fixturePods)
+		return s.Pods[podBurstable]
+	}
+	same := func(a, b map[string]policy.ContainerStats) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	first, second := idle(), idle()
+	if first.Containers == nil || !same(first.Containers, second.Containers) {
+		t.Fatalf("two idle passes built the pod's container figures twice (%p, %p)", first.Containers, second.Containers)
+	}
+	if orMinusOne(second.Containers["app"].RootfsBytes) != 7<<20 || second.EphemeralStorageBytes == nil {
+		t.Fatalf("reused figures: writable layer %v, ephemeral total %v", deref(second.Containers["app"].RootfsBytes), deref(second.EphemeralStorageBytes))
+	}
+
+	// The writable layer grows: the refresh's figures, in new maps.
+	rt.stats[0].WritableLayer.UsedBytes.Value = 9 << 20
+	m.refreshLayers(context.Background())
+	third := idle()
+	if same(third.Containers, second.Containers) || orMinusOne(third.Containers["app"].RootfsBytes) != 9<<20 {
+		t.Errorf("after the layers' refresh: writable layer %v, want %d in new figures", deref(third.Containers["app"].RootfsBytes), 9<<20)
+	}
+	if *third.EphemeralStorageBytes-*second.EphemeralStorageBytes != 2<<20 {
+		t.Errorf("ephemeral total %d after the layer grew by 2 MiB, was %d", *third.EphemeralStorageBytes, *second.EphemeralStorageBytes)
+	}
+
+	// The pod's logs grow and the refresher measures them again: new figures.
+	log := filepath.Join(root, "var/log/pods/shop_web-7d9f_"+string(podBurstable), "app", "more.log")
+	if err := os.WriteFile(log, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.refreshDisk(context.Background())
+	fourth := idle()
+	if same(fourth.Containers, third.Containers) || *fourth.Containers["app"].LogsBytes < *third.Containers["app"].LogsBytes+1<<20 {
+		t.Errorf("after the refresher measured 1 MiB more logs: logs %v, were %v", deref(fourth.Containers["app"].LogsBytes), deref(third.Containers["app"].LogsBytes))
+	}
+
+	// A ranking read builds its own figures and never writes the reused ones.
+	s := m.ObserveNode(context.Background())
+	m.ObservePods(context.Background(), s, fixturePods)
+	if same(s.Pods[podBurstable].Containers, fourth.Containers) {
+		t.Error("the ranking read wrote into the idle pass's figures")
+	}
+	if fourth.Containers["app"].MemoryWorkingSet != nil {
+		t.Error("the ranking read's working set went into the idle pass's figures")
 	}
 }

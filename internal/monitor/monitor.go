@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,11 +139,16 @@ type Monitor struct {
 	detectMu      sync.Mutex
 	detectFailing bool
 	procDir       string
-	nodeFs        string
-	imageFs       string
-	walker        diskWalker
-	metrics       *metrics
-	cadvisor      *embeddedCAdvisor
+	// files keeps the node-level files the poll and the pass read every
+	// second open (keepOpen), those in keepProcDirs among them.
+	files        *nodefs.Files
+	keepProcDirs []string
+	hugetlb      *hugetlbPools
+	nodeFs       string
+	imageFs      string
+	walker       diskWalker
+	metrics      *metrics
+	cadvisor     *embeddedCAdvisor
 
 	mu         sync.Mutex
 	pods       []PodRef
@@ -147,6 +156,8 @@ type Monitor struct {
 	layers     map[types.UID]map[string]writableLayer
 	containers map[string]containerName // CRI container ID -> pod and name
 	layersRead bool
+	// layersGen counts the writable layers' refreshes (builtDisk).
+	layersGen uint64
 	// runtimeFs is the CRI's last answer on its filesystems (see
 	// runtimeFilesystems).
 	runtimeFs runtimeFsAnswer
@@ -212,12 +223,14 @@ func New(cfg Config) (*Monitor, error) {
 		return nil, err
 	}
 	m := &Monitor{
-		cfg:      cfg,
-		log:      log,
-		detectIn: in,
-		procDir:  procDir,
-		nodeFs:   nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
-		imageFs:  nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
+		cfg:          cfg,
+		log:          log,
+		detectIn:     in,
+		procDir:      procDir,
+		hugetlb:      newHugetlbPools(cfg.HostRoot),
+		keepProcDirs: []string{procDir + "/", procDir + "/sys/kernel/", procDir + "/pressure/"},
+		nodeFs:       nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
+		imageFs:      nodefs.HostPath(cfg.HostRoot, cfg.ImageFsDir),
 		walker: diskWalker{
 			kubeletRootDir: nodefs.HostPath(cfg.HostRoot, cfg.KubeletRootDir),
 			podLogsDir:     nodefs.HostPath(cfg.HostRoot, cfg.PodLogsDir),
@@ -228,7 +241,10 @@ func New(cfg Config) (*Monitor, error) {
 		containers:     map[string]containerName{},
 		runtimeFailing: map[string]bool{},
 	}
-	m.current.Store(&det)
+	m.files = nodefs.NewFiles(m.keepOpen)
+	// A Monitor dropped without Stop (tests, simulate's checks) closes its files when collected.
+	runtime.AddCleanup(m, func(f *nodefs.Files) { f.Close() }, m.files)
+	m.store(&det)
 	m.metrics.setNodeInfo(det.info, cfg.RuntimeEndpoint)
 	m.logDetected(det, "node detected")
 	return m, nil
@@ -236,6 +252,27 @@ func New(cfg Config) (*Monitor, error) {
 
 // cgl is the cgroup layout in use.
 func (m *Monitor) cgl() *cgroupLayout { return m.current.Load().layout }
+
+// store makes d the layout in use, reading through the monitor's files.
+func (m *Monitor) store(d *detected) {
+	l := d.layout
+	l.files = m.files
+	l.keepDirs = []string{l.dir("memory", "/") + "/", l.dir("memory", l.kubepods) + "/", l.dir("pids", l.kubepods) + "/"}
+	m.current.Store(d)
+}
+
+// keepOpen names the files kept open: the node-level ones the fast poll and
+// every pass read (procfs's meminfo, loadavg, pid_max, threads-max and
+// memory pressure; the hugetlb pools; the root memory cgroup's and the
+// kubepods cgroup's own files). A pod's files are opened at each read: pods
+// come and go, and ranking reads them only under pressure.
+func (m *Monitor) keepOpen(path string) bool {
+	dir, _ := filepath.Split(path)
+	if slices.Contains(m.keepProcDirs, dir) || strings.HasPrefix(dir, m.hugetlb.prefix) {
+		return true
+	}
+	return slices.Contains(m.cgl().keepDirs, dir)
+}
 
 // logDetected is the one line that says what the monitor reads and why.
 func (m *Monitor) logDetected(d detected, msg string) {
@@ -280,7 +317,7 @@ func (m *Monitor) redetect() {
 	if next.info.Driver != cur.info.Driver || next.info.Kubepods != cur.info.Kubepods {
 		m.log.Warn("kubepods cgroup found under another layout than the provisional one: switching", "was", cur.info.Kubepods, "wasFrom", cur.info.DriverFrom)
 	}
-	m.current.Store(&next)
+	m.store(&next)
 	m.metrics.setNodeInfo(next.info, m.cfg.RuntimeEndpoint)
 	m.logDetected(next, "kubepods cgroup found")
 }
@@ -346,6 +383,7 @@ func (m *Monitor) Stop() error {
 		m.stopRefresh()
 		<-m.refreshDone
 	}
+	m.files.Close()
 	if m.cadvisor != nil {
 		return m.cadvisor.stop()
 	}

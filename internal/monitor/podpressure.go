@@ -19,22 +19,22 @@ func (m *Monitor) readPodPressure(podCgroup string) *policy.PodMemoryPressure {
 		return nil
 	}
 	dir := l.dir("memory", podCgroup)
-	r, err := readPSIFile(filepath.Join(dir, "memory.pressure"))
+	r, err := readPSIFile(m.files, filepath.Join(dir, "memory.pressure"))
 	if err != nil {
 		return nil
 	}
 	out := policy.PodMemoryPressure{Some: psiUnits(r.some), Full: psiUnits(r.full)}
-	if out.Usage, err = nodefs.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
+	if out.Usage, err = m.files.ReadInt64(filepath.Join(dir, "memory.current")); err != nil {
 		return nil
 	}
-	limit, err := nodefs.ReadInt64(filepath.Join(dir, "memory.max"))
+	limit, err := m.files.ReadInt64(filepath.Join(dir, "memory.max"))
 	if err != nil {
 		return nil
 	}
 	if limit < nodefs.UnlimitedMemory {
 		out.Limit = limit
 	}
-	if err := nodefs.ReadStatKeys(filepath.Join(dir, "memory.events"), map[string]*int64{"oom_kill": &out.OOMKills}); err != nil {
+	if err := m.files.ReadStatKeys(filepath.Join(dir, "memory.events"), map[string]*int64{"oom_kill": &out.OOMKills}); err != nil {
 		out.OOMKills = -1
 	}
 	return &out

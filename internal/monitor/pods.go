@@ -194,7 +194,16 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 	d, ok := m.disk[pod.UID]
 	layers := m.layers[pod.runtimeUID()]
 	runtimeKnown := m.cfg.Runtime != nil && m.layers != nil
+	layersGen := m.layersGen
 	m.mu.Unlock()
+	if ok && !ranking && d.built != nil && d.built.layersGen == layersGen {
+		// The same figures as the pass before: its maps again, not new ones.
+		ps.Containers, ps.Volumes, ps.EphemeralStorageBytes = d.built.containers, d.built.volumes, d.built.total
+		if len(d.errs) > 0 {
+			m.metrics.podReadErrors.WithLabelValues("disk").Add(float64(len(d.errs)))
+		}
+		return d.errs
+	}
 	if ok && ranking && len(d.containerLogs) == 0 {
 		ok = false
 	}
@@ -249,7 +258,28 @@ func (m *Monitor) addDiskUsage(pod PodRef, ps *policy.PodStats, logs *logListing
 			ps.EphemeralStorageBytes = &total
 		}
 	}
+	if !ranking {
+		m.mu.Lock()
+		if cur, ok := m.disk[pod.UID]; ok && cur.time.Equal(d.time) {
+			cur.built = &builtDisk{layersGen: layersGen, containers: ps.Containers, volumes: ps.Volumes, total: ps.EphemeralStorageBytes}
+			m.disk[pod.UID] = cur
+		}
+		m.mu.Unlock()
+	}
 	return d.errs
+}
+
+// builtDisk is a pod's disk figures as an idle pass gave them, kept with the
+// measurement they came from: the next idle pass gives the same maps again
+// while neither the measurement nor the writable layers changed (an idle pass
+// at 110 pods built 110 pods' maps a second, a quarter of what the idle agent
+// allocated). The maps are never written after they are built: a pass that
+// ranks builds its own.
+type builtDisk struct {
+	layersGen  uint64
+	containers map[string]policy.ContainerStats
+	volumes    map[string]policy.VolumeStats
+	total      *int64
 }
 
 // setContainer stores a container's figures, making the pod's map on the first.
@@ -350,12 +380,14 @@ func (m *Monitor) refreshLayers(ctx context.Context) {
 	if err != nil {
 		m.mu.Lock()
 		m.layers = nil
+		m.layersGen++
 		m.layersRead = true
 		m.mu.Unlock()
 		return
 	}
 	m.mu.Lock()
 	m.layers = layers
+	m.layersGen++
 	m.layersRead = true
 	m.containers = ids
 	m.mu.Unlock()

@@ -23,11 +23,11 @@ type meminfo struct {
 // Read here rather than through procfs.Meminfo, which parses every one of the
 // file's ~55 fields into its own pointer: a third of the CPU of the fast read
 // the notifier's poll makes 10 times a second (BenchmarkObserveFastRealHost).
-func readMeminfo(procDir string) (meminfo, error) {
+func readMeminfo(files *nodefs.Files, procDir string) (meminfo, error) {
 	path := filepath.Join(procDir, "meminfo")
 	buf := nodefs.GetBuffer()
 	defer nodefs.PutBuffer(buf)
-	raw, err := nodefs.ReadSmallFile(path, *buf)
+	raw, err := files.ReadSmallFile(path, *buf)
 	if err != nil {
 		return meminfo{}, err
 	}
@@ -79,13 +79,13 @@ type pidReading struct {
 // smaller of pid_max and threads-max (kubernetes#107111), and the running
 // count is the fourth field of /proc/loadavg ("running/total"), which unlike
 // sysinfo(2).procs does not truncate above 65538.
-func readPIDs(procDir string) (pidReading, error) {
+func readPIDs(files *nodefs.Files, procDir string) (pidReading, error) {
 	var r pidReading
-	pidMax, err := nodefs.ReadInt64(filepath.Join(procDir, "sys/kernel/pid_max"))
+	pidMax, err := files.ReadInt64(filepath.Join(procDir, "sys/kernel/pid_max"))
 	if err != nil {
 		return r, err
 	}
-	threadsMax, err := nodefs.ReadInt64(filepath.Join(procDir, "sys/kernel/threads-max"))
+	threadsMax, err := files.ReadInt64(filepath.Join(procDir, "sys/kernel/threads-max"))
 	if err != nil {
 		return r, err
 	}
@@ -93,7 +93,7 @@ func readPIDs(procDir string) (pidReading, error) {
 	path := filepath.Join(procDir, "loadavg")
 	buf := nodefs.GetBuffer()
 	defer nodefs.PutBuffer(buf)
-	raw, err := nodefs.ReadSmallFile(path, *buf)
+	raw, err := files.ReadSmallFile(path, *buf)
 	if err != nil {
 		return r, err
 	}
@@ -122,16 +122,16 @@ type psiReading struct {
 }
 
 // readProcPSI reads /proc/pressure/memory (the format of a cgroup's memory.pressure).
-func readProcPSI(procDir string) (psiReading, error) {
-	return readPSIFile(filepath.Join(procDir, "pressure", "memory"))
+func readProcPSI(files *nodefs.Files, procDir string) (psiReading, error) {
+	return readPSIFile(files, filepath.Join(procDir, "pressure", "memory"))
 }
 
 // readPSIFile reads a pressure file, /proc/pressure/memory or a cgroup v2
 // <cgroup>/memory.pressure ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0").
-func readPSIFile(path string) (psiReading, error) {
+func readPSIFile(files *nodefs.Files, path string) (psiReading, error) {
 	buf := nodefs.GetBuffer()
 	defer nodefs.PutBuffer(buf)
-	raw, err := nodefs.ReadSmallFile(path, *buf)
+	raw, err := files.ReadSmallFile(path, *buf)
 	if err != nil {
 		return psiReading{}, err
 	}

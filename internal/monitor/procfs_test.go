@@ -23,7 +23,7 @@ func TestReadMeminfoAgreesWithProcfs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := readMeminfo(dir)
+		got, err := readMeminfo(nil, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestReadMeminfoRejectsWhatIsNotMeminfo(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "meminfo"), []byte(raw), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if m, err := readMeminfo(dir); err == nil || !strings.Contains(err.Error(), "meminfo") {
+		if m, err := readMeminfo(nil, dir); err == nil || !strings.Contains(err.Error(), "meminfo") {
 			t.Errorf("%q: %+v, %v; want an error naming the file", raw, m, err)
 		}
 	}

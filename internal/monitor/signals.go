@@ -17,7 +17,7 @@ import (
 // PIDs and filesystems. Each observation carries the time it was read.
 
 func (m *Monitor) readMemorySignals(b *snapshotBuilder) {
-	mi, err := readMeminfo(m.procDir)
+	mi, err := readMeminfo(m.files, m.procDir)
 	if err != nil {
 		b.miss(policy.SignalMemoryAvailable, err.Error(), true)
 		b.miss(policy.SignalSwapAvailable, err.Error(), true)
@@ -45,7 +45,7 @@ func (m *Monitor) readMemoryAvailable(b *snapshotBuilder, mi meminfo) {
 			return
 		}
 		ws := u.workingSet()
-		pool, err := readHugetlbPool(m.cfg.HostRoot)
+		pool, err := m.hugetlb.read(m.files)
 		if err != nil {
 			b.miss(policy.SignalMemoryAvailable, err.Error(), true)
 			return
@@ -104,7 +104,7 @@ func (m *Monitor) readAllocatableMemory(b *snapshotBuilder) {
 }
 
 func (m *Monitor) readPSI(b *snapshotBuilder) {
-	node, err := readProcPSI(m.procDir)
+	node, err := readProcPSI(m.files, m.procDir)
 	at := time.Now()
 	if err != nil {
 		for _, sig := range nodePSISignals {
@@ -128,7 +128,7 @@ func (m *Monitor) readPSI(b *snapshotBuilder) {
 			return
 		}
 	}
-	pods, err := readPSIFile(filepath.Join(l.dir("memory", l.kubepods), "memory.pressure"))
+	pods, err := readPSIFile(m.files, filepath.Join(l.dir("memory", l.kubepods), "memory.pressure"))
 	at = time.Now()
 	if err != nil {
 		for _, sig := range allocatablePSISignals {
@@ -152,7 +152,7 @@ func addPSI(b *snapshotBuilder, r psiReading, names psiSignals, at time.Time, sr
 }
 
 func (m *Monitor) readPIDSignal(b *snapshotBuilder) {
-	r, err := readPIDs(m.procDir)
+	r, err := readPIDs(m.files, m.procDir)
 	if err != nil {
 		b.miss(policy.SignalPIDAvailable, err.Error(), true)
 		return

@@ -2,8 +2,8 @@
 // one place for the monitor, the fast path (notify) and node-level reclaim:
 // cgroupfs integers and "key value" files, the working set, statfs, the
 // runtime's filesystems from the CRI, host paths under a mounted host root, and
-// the filesystem layout. It holds no state and imports nothing of evictiond's
-// but policy's plain types.
+// the filesystem layout. It holds no state but the open files of a Files, and
+// imports nothing of evictiond's but policy's plain types.
 package nodefs
 
 import (
@@ -26,12 +26,10 @@ const UnlimitedMemory = int64(1) << 62
 // v2's "no limit") and values beyond int64 (cgroup v1's 18446744073709551615
 // for unlimited counters) read as math.MaxInt64.
 func ReadInt64(path string) (int64, error) {
-	buf := GetBuffer()
-	defer PutBuffer(buf)
-	raw, err := ReadSmallFile(path, *buf)
-	if err != nil {
-		return 0, err
-	}
+	return (*Files)(nil).ReadInt64(path)
+}
+
+func parseInt64(path string, raw []byte) (int64, error) {
 	s := bytes.TrimSpace(raw)
 	if string(s) == "max" {
 		return math.MaxInt64, nil
@@ -49,26 +47,13 @@ func ReadInt64(path string) (int64, error) {
 // ReadStatKeys reads "key value" lines (memory.stat) and fills the values of
 // the wanted keys; a wanted key that is absent is an error naming it.
 func ReadStatKeys(path string, wanted map[string]*int64) error {
-	return ReadStatKeysOptional(path, wanted, nil)
+	return (*Files)(nil).ReadStatKeys(path, wanted)
 }
 
 // ReadStatKeysOptional is ReadStatKeys with optional keys too: an absent
 // optional key is left at -1, not an error.
 func ReadStatKeysOptional(path string, wanted, optional map[string]*int64) error {
-	if len(optional) > 0 {
-		all := make(map[string]*int64, len(wanted)+len(optional))
-		for k, v := range wanted {
-			all[k] = v
-		}
-		for k, v := range optional {
-			all[k] = v
-		}
-		if err := readStatKeys(path, all); err != nil && !onlyOptionalMissing(all, optional) {
-			return err
-		}
-		return nil
-	}
-	return readStatKeys(path, wanted)
+	return (*Files)(nil).ReadStatKeysOptional(path, wanted, optional)
 }
 
 // onlyOptionalMissing: every key absent (-1) after a read is an optional one.
@@ -81,10 +66,10 @@ func onlyOptionalMissing(all, optional map[string]*int64) bool {
 	return true
 }
 
-func readStatKeys(path string, wanted map[string]*int64) error {
+func (f *Files) readStatKeys(path string, wanted map[string]*int64) error {
 	buf := GetBuffer()
 	defer PutBuffer(buf)
-	raw, err := ReadSmallFile(path, *buf)
+	raw, err := f.ReadSmallFile(path, *buf)
 	if err != nil {
 		return err
 	}
@@ -137,11 +122,16 @@ func WorkingSet(usage, inactiveFile int64) int64 {
 // cgroupfs file with the runtime's poller (two epoll_ctl calls and an
 // *os.File per read), a fifth of the fast poll's CPU at 10 reads a second.
 func ReadSmallFile(path string, buf []byte) ([]byte, error) {
-	fd, err := ignoringEINTR(func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
+	fd, err := openForRead(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, &fs.PathError{Op: "open", Path: path, Err: err})
+		return nil, err
 	}
 	defer unix.Close(fd)
+	return readAll(fd, path, buf)
+}
+
+// readAll reads an open file to its end into buf.
+func readAll(fd int, path string, buf []byte) ([]byte, error) {
 	n := 0
 	for {
 		if n == len(buf) {
