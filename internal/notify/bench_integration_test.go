@@ -218,7 +218,7 @@ func BenchmarkMemcgRearm(b *testing.B) {
 // before the touch did). "idle-1s" is the default poll (down to 5ms near a
 // threshold, up to notifier.pollIdleInterval far from it); "far-100ms" the same
 // poll never waiting longer than pollInterval far away (pollIdleInterval =
-// pollInterval: the poll before the idle rule). A ramp below 4 GiB/s must not
+// pollInterval: the poll before the idle rule). A ramp below 8 GiB/s must not
 // be seen later with the idle rule. Reports p50-ms, p99-ms, max-ms, the ramp's
 // rate (ramp-MiB/s) and the reads a second at rest before the ramps (reads/s).
 //

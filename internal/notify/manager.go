@@ -321,6 +321,20 @@ func (m *Manager) pollNeeded() bool {
 	return false
 }
 
+// memcgWatched says, threshold by threshold, whether an armed memcg
+// threshold notification wakes the loop at its crossing (pollPacer.next's
+// watched), reusing into.
+func (m *Manager) memcgWatched(thresholds []Threshold, into []bool) []bool {
+	into = into[:0]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range thresholds {
+		st, ok := m.notifiers[notifierKey{SourceMemcg, t.name()}]
+		into = append(into, ok && st.Mode == ModeArmed)
+	}
+	return into
+}
+
 func (m *Manager) setPollActive(active bool) {
 	m.mu.Lock()
 	changed := m.pollActive != active
@@ -365,6 +379,7 @@ func (m *Manager) runPoll(ctx context.Context) {
 	lastDelay, haveDelay := runDelay()
 	met := map[string]bool{}
 	var lastErr string
+	var watched []bool
 	for {
 		if !m.pollNeeded() {
 			m.setPollActive(false)
@@ -389,7 +404,8 @@ func (m *Manager) runPoll(ctx context.Context) {
 			}
 			obs, lastErr = m.pollRead(met, lastErr, pacer)
 			cur := m.current()
-			d := pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle)
+			watched = m.memcgWatched(cur.Thresholds, watched)
+			d := pacer.next(obs, cur.Thresholds, cur.PollInterval, cur.PollIdle, watched)
 			m.trail.paced(d)
 			if !sleep(d) {
 				m.setPollActive(false)

@@ -10,10 +10,20 @@ import (
 // idleRampFactor: the poll waits longer than PollInterval (up to
 // PollIdleInterval) only while a ramp this many times the assumed one
 // (PollRampRate, PollPIDRampRate) could not reach a threshold before the next
-// read: 4 GiB/s of memory and 40000 PIDs/s at the defaults, above the fastest
+// read: 8 GiB/s of memory and 80000 PIDs/s at the defaults, above the fastest
 // ramps measured on this project's machines (make bench-ramp: two hogs at
-// "4000 MiB/s" achieved about 3 GiB/s; a fork loop about 10000 tasks/s).
-const idleRampFactor = 4
+// "max" achieved 4.5-5.0 GiB/s on the quiet machine, 2026-11-26; a fork loop
+// about 10000 tasks/s). It was 4: a 5 GiB/s ramp from 2.4 GiB away crossed
+// within one idle wait, and the poll read it 26-61 ms and 150-341 MiB past
+// the threshold (setup brake-poll, the cgroup v2 node's paths).
+const idleRampFactor = 8
+
+// idleRampFactorWatched replaces idleRampFactor for a threshold an armed
+// memcg threshold notification watches (cgroup v1): the kernel wakes the
+// loop at its crossing whatever the poll does, and the poll reads only for
+// the brake's rate history, which the factor of 4 kept dense enough (issue
+// 30's grids: 60 runs without an OOM kill).
+const idleRampFactorWatched = 4
 
 // pollPacer chooses when the fast poll reads next. cgroup v2 has no memcg
 // threshold events, so on v2 the poll is what sees a ramp of memory use
@@ -55,13 +65,16 @@ func newPollPacer(min time.Duration, rampRate int64) *pollPacer {
 
 // next returns the delay before the next read, at most idle (and at most
 // base unless every threshold is far).
-func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, idle time.Duration) time.Duration {
+//
+// watched[i] says that thresholds[i] is watched by the kernel
+// (idleRampFactorWatched); nil watches none.
+func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, idle time.Duration, watched []bool) time.Duration {
 	idle = max(idle, base)
 	if obs == nil {
 		return base // a failed read
 	}
 	d := idle
-	for _, t := range thresholds {
+	for i, t := range thresholds {
 		o, ok := obs[t.Signal]
 		if !ok {
 			d = min(d, base)
@@ -80,7 +93,11 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, 
 		near := time.Duration(headroom / rate * float64(time.Second))
 		if near > base {
 			// Far: before a ramp idleRampFactor times faster could get there.
-			near = max(base, time.Duration(headroom/(idleRampFactor*rate)*float64(time.Second)))
+			factor := float64(idleRampFactor)
+			if i < len(watched) && watched[i] {
+				factor = idleRampFactorWatched
+			}
+			near = max(base, time.Duration(headroom/(factor*rate)*float64(time.Second)))
 		}
 		d = min(d, near)
 	}

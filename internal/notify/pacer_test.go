@@ -44,15 +44,15 @@ func TestPollPacerShortensNearAThresholdAndWithTheRateOfApproach(t *testing.T) {
 		{"every threshold met: the base period", 42 * time.Second, 50 * mi, 10 * mi, base},
 	}
 	for _, s := range steps {
-		got := p.next(obs(s.at, s.alloc, s.node), ts, base, base)
+		got := p.next(obs(s.at, s.alloc, s.node), ts, base, base, nil)
 		if diff := got - s.want; diff < -time.Microsecond || diff > time.Microsecond {
 			t.Errorf("%s: next read in %v, want %v", s.name, got, s.want)
 		}
 	}
-	if got := newPollPacer(5*time.Millisecond, 1<<30).next(nil, ts, base, time.Second); got != base {
+	if got := newPollPacer(5*time.Millisecond, 1<<30).next(nil, ts, base, time.Second, nil); got != base {
 		t.Errorf("after a failed read: %v, want the base period %v", got, base)
 	}
-	if got := newPollPacer(50*time.Millisecond, 1<<30).next(obs(0, 100*mi+1, 900*mi), ts, 20*time.Millisecond, 20*time.Millisecond); got != 20*time.Millisecond {
+	if got := newPollPacer(50*time.Millisecond, 1<<30).next(obs(0, 100*mi+1, 900*mi), ts, 20*time.Millisecond, 20*time.Millisecond, nil); got != 20*time.Millisecond {
 		t.Errorf("minimum above a reloaded shorter base: %v, want the base 20ms", got)
 	}
 }
@@ -91,15 +91,15 @@ func TestPollPacerUsesThePIDRampForPIDs(t *testing.T) {
 	obs := func(at time.Duration, avail int64) policy.Observations {
 		return policy.Observations{policy.SignalPIDAvailable: {Available: avail, Capacity: 32768, Time: t0.Add(at)}}
 	}
-	if got := p.next(obs(0, 32000), ts, base, base); got != base {
+	if got := p.next(obs(0, 32000), ts, base, base, nil); got != base {
 		t.Errorf("2000 PIDs above the threshold (200ms at 10000/s): next read in %v, want the base %v", got, base)
 	}
-	if got, want := p.next(obs(10*time.Second, 30500), ts, base, base), 50*time.Millisecond; got != want {
+	if got, want := p.next(obs(10*time.Second, 30500), ts, base, base, nil), 50*time.Millisecond; got != want {
 		t.Errorf("500 PIDs above: next read in %v, want %v", got, want)
 	}
 	// 100 tasks in 10ms (10000/s): read at half the time to the threshold
 	// (twice the measured rate, 20000/s): 400 above, 20ms.
-	if got, want := p.next(obs(10*time.Second+10*time.Millisecond, 30400), ts, base, base), 20*time.Millisecond; got-want > time.Microsecond || want-got > time.Microsecond {
+	if got, want := p.next(obs(10*time.Second+10*time.Millisecond, 30400), ts, base, base, nil), 20*time.Millisecond; got-want > time.Microsecond || want-got > time.Microsecond {
 		t.Errorf("falling 10000/s, 400 above: next read in %v, want %v", got, want)
 	}
 }
@@ -108,7 +108,7 @@ func TestPollPacerUsesThePIDRampForPIDs(t *testing.T) {
 // long as a ramp idleRampFactor times the assumed one could not reach a
 // threshold; a met threshold, a signal missing from the reading or a failed
 // read bring it back to the base period.
-func TestPollPacerWaitsLongerOnlyWhereAFourTimesFasterRampCouldNotArrive(t *testing.T) {
+func TestPollPacerWaitsLongerOnlyWhereAnEightTimesFasterRampCouldNotArrive(t *testing.T) {
 	const mi, gi = int64(1) << 20, int64(1) << 30
 	base, idle := 100*time.Millisecond, time.Second
 	mem := Threshold{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 100 * mi}
@@ -127,30 +127,48 @@ func TestPollPacerWaitsLongerOnlyWhereAFourTimesFasterRampCouldNotArrive(t *test
 		alloc, pid int64
 		want       time.Duration
 	}{
-		{"8Gi and 44000 PIDs of headroom: the idle period", 8*gi + 100*mi, 45000, idle},
-		{"2Gi: what 4Gi/s covers in 500ms", 2*gi + 100*mi, 31000, 500 * time.Millisecond},
-		{"20000 PIDs: what 40000/s covers in 500ms", 8 * gi, 21000, 500 * time.Millisecond},
-		{"300Mi: 4Gi/s would need 73ms, the base period holds", 400 * mi, 31000, base},
+		{"8Gi and 80000 PIDs of headroom: the idle period", 8*gi + 100*mi, 81000, idle},
+		{"4Gi: what 8Gi/s covers in 500ms", 4*gi + 100*mi, 81000, 500 * time.Millisecond},
+		{"40000 PIDs: what 80000/s covers in 500ms", 8 * gi, 41000, 500 * time.Millisecond},
+		{"600Mi: 8Gi/s would need 73ms, the base period holds", 700 * mi, 81000, base},
 		{"50Mi: the proximity rule as before", 150 * mi, 31000, time.Duration(float64(50*mi) / float64(gi) * float64(time.Second))},
 		{"PID threshold met: the base period", 8 * gi, 500, base},
 		{"pid.available missing from the reading: the base period", 8 * gi, -1, base},
 	} {
 		p := newPollPacer(5*time.Millisecond, gi)
-		if got := p.next(obs(0, s.alloc, s.pid), ts, base, idle); got-s.want > time.Microsecond || s.want-got > time.Microsecond {
+		if got := p.next(obs(0, s.alloc, s.pid), ts, base, idle, nil); got-s.want > time.Microsecond || s.want-got > time.Microsecond {
+			t.Errorf("%s: next read in %v, want %v", s.name, got, s.want)
+		}
+	}
+	// A threshold the kernel watches (an armed memcg threshold): the poll reads
+	// only for the brake's rate history, before a ramp of 4 × the assumed one
+	// could arrive, not 8 ×; the unwatched PID threshold keeps its own bound.
+	for _, s := range []struct {
+		name    string
+		alloc   int64
+		watched []bool
+		want    time.Duration
+	}{
+		{"2Gi, not watched: what 8Gi/s covers", 2*gi + 100*mi, nil, 250 * time.Millisecond},
+		{"2Gi, watched by the kernel: what 4Gi/s covers", 2*gi + 100*mi, []bool{true, false}, 500 * time.Millisecond},
+		{"2Gi, only the PID threshold watched", 2*gi + 100*mi, []bool{false, true}, 250 * time.Millisecond},
+	} {
+		p := newPollPacer(5*time.Millisecond, gi)
+		if got := p.next(obs(0, s.alloc, 81000), ts, base, idle, s.watched); got-s.want > time.Microsecond || s.want-got > time.Microsecond {
 			t.Errorf("%s: next read in %v, want %v", s.name, got, s.want)
 		}
 	}
 	// Falling at 3Gi/s between two reads 1s apart, 5Gi above: half the time
 	// to the threshold at the measured rate's double, not the idle period.
 	p := newPollPacer(5*time.Millisecond, gi)
-	p.next(obs(0, 8*gi+100*mi, 31000), ts, base, idle)
-	if got, want := p.next(obs(time.Second, 5*gi+100*mi, 31000), ts, base, idle), time.Second*5/(idleRampFactor*6); got-want > time.Microsecond || want-got > time.Microsecond {
+	p.next(obs(0, 8*gi+100*mi, 31000), ts, base, idle, nil)
+	if got, want := p.next(obs(time.Second, 5*gi+100*mi, 31000), ts, base, idle, nil), time.Second*5/(idleRampFactor*6); got-want > time.Microsecond || want-got > time.Microsecond {
 		t.Errorf("falling 3Gi/s, 5Gi above: next read in %v, want %v", got, want)
 	}
-	if got := newPollPacer(5*time.Millisecond, gi).next(nil, ts, base, idle); got != base {
+	if got := newPollPacer(5*time.Millisecond, gi).next(nil, ts, base, idle, nil); got != base {
 		t.Errorf("after a failed read: %v, want the base period", got)
 	}
-	if got := newPollPacer(5*time.Millisecond, gi).next(obs(0, 8*gi, 31000), ts, base, base); got != base {
+	if got := newPollPacer(5*time.Millisecond, gi).next(obs(0, 8*gi, 31000), ts, base, base, nil); got != base {
 		t.Errorf("idle period = base period (pollIdleInterval = pollInterval): %v, want %v", got, base)
 	}
 }
@@ -175,7 +193,7 @@ func rampDelayWith(th Threshold, start int64, capacity int64, rate float64, ramp
 		if v < limit {
 			return now - crossing
 		}
-		now += p.next(policy.Observations{th.Signal: {Available: v, Capacity: capacity, Time: t0.Add(now)}}, []Threshold{th}, DefaultPollInterval, idle)
+		now += p.next(policy.Observations{th.Signal: {Available: v, Capacity: capacity, Time: t0.Add(now)}}, []Threshold{th}, DefaultPollInterval, idle, nil)
 	}
 	return time.Hour
 }
@@ -186,7 +204,7 @@ func rampDelayWith(th Threshold, start int64, capacity int64, rate float64, ramp
 // it is no longer with the idle period (1s) than with the base period alone
 // (100ms, the pacer before the idle rule); faster ramps are seen at most the
 // idle period after the crossing.
-func TestPollPacerIdleRuleDoesNotDelayRampsUpToFourTimesTheAssumedOne(t *testing.T) {
+func TestPollPacerIdleRuleDoesNotDelayRampsUpToEightTimesTheAssumedOne(t *testing.T) {
 	const mi, gi = int64(1) << 20, int64(1) << 30
 	worst := func(th Threshold, start, capacity int64, rate float64, idle time.Duration) time.Duration {
 		var w time.Duration
@@ -206,9 +224,9 @@ func TestPollPacerIdleRuleDoesNotDelayRampsUpToFourTimesTheAssumedOne(t *testing
 		rates           []float64
 		unit            float64
 	}{
-		{"memory, 7.5Gi of headroom", mem, 8 * gi, 16 * gi, []float64{0.1, 0.5, 1, 1.5, 2, 3, 4}, float64(gi)},
-		{"memory, 1.5Gi of headroom", mem, 2 * gi, 16 * gi, []float64{0.1, 1, 2, 4}, float64(gi)},
-		{"PIDs, 30000 of headroom", pid, 31000 + 1638, 32768, []float64{0.1, 1, 2, 4}, PollPIDRampRate},
+		{"memory, 7.5Gi of headroom", mem, 8 * gi, 16 * gi, []float64{0.1, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8}, float64(gi)},
+		{"memory, 1.5Gi of headroom", mem, 2 * gi, 16 * gi, []float64{0.1, 1, 2, 4, 8}, float64(gi)},
+		{"PIDs, 30000 of headroom", pid, 31000 + 1638, 32768, []float64{0.1, 1, 2, 4, 8}, PollPIDRampRate},
 	} {
 		for _, k := range c.rates {
 			rate := k * c.unit
@@ -222,7 +240,7 @@ func TestPollPacerIdleRuleDoesNotDelayRampsUpToFourTimesTheAssumedOne(t *testing
 				t.Errorf("%s, ramp %.1f× the assumed: worst crossing → read %v with the idle rule, %v without", c.name, k, after, before)
 			}
 		}
-		for _, k := range []float64{8, 100} {
+		for _, k := range []float64{16, 100} {
 			before := worst(c.th, c.start, c.capacity, k*c.unit, DefaultPollInterval)
 			after := worst(c.th, c.start, c.capacity, k*c.unit, DefaultPollIdleInterval)
 			t.Logf("%s, ramp %.0f× the assumed: worst crossing → read %v with the idle rule, %v before", c.name, k, after, before)

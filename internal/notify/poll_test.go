@@ -290,7 +290,7 @@ func TestPollAsksForUrgencyAheadOfAFastApproach(t *testing.T) {
 		next = policy.Observations{policy.SignalMemoryAvailable: {Available: 500*mi + s.headroom, Capacity: 4000 * mi, Time: t0.Add(s.at)}}
 		urgent = 0
 		m.pollRead(met, "", pacer)
-		pacer.next(next, th, 100*time.Millisecond, time.Second)
+		pacer.next(next, th, 100*time.Millisecond, time.Second, nil)
 		if (urgent > 0) != s.want {
 			t.Errorf("%s: Urgent called %d times, want called=%v", s.name, urgent, s.want)
 		}

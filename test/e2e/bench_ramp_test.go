@@ -72,6 +72,10 @@ var rampSetupsByName = map[string][]rampSetup{
 	"brake-backstop": {{name: "kubelet memcg on at 250Mi (backstop), evictiond notifier + brake at 500Mi", kubeletMemcg: true,
 		evictiondMode: "notifier", brake: true, kubeletThreshold: 250 << 20}},
 	"poll": {{name: "kubelet memcg on, evictiond poll-only", kubeletMemcg: true, evictiondMode: "poll"}},
+	// The cgroup v2 node's paths on this v1 one: no memcg threshold on either side, so
+	// evictiond's fast poll is what sees the crossing (PSI off too: a ramp from far away
+	// stalls nothing until the limit).
+	"brake-poll": {{name: "kubelet memcg off, evictiond poll-only + brake", kubeletMemcg: false, evictiondMode: "poll", brake: true}},
 	// The busy node: the same with every CPU taken by burner pods (rampBurners), without and
 	// with brake.realtime.
 	"brake-busy": {{name: "busy node: kubelet memcg on, evictiond notifier + brake", kubeletMemcg: true, evictiondMode: "notifier",
