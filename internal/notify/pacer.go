@@ -10,20 +10,25 @@ import (
 // idleRampFactor: the poll waits longer than PollInterval (up to
 // PollIdleInterval) only while a ramp this many times the assumed one
 // (PollRampRate, PollPIDRampRate) could not reach a threshold before the next
-// read: 8 GiB/s of memory and 80000 PIDs/s at the defaults, above the fastest
-// ramps measured on this project's machines (make bench-ramp: two hogs at
-// "max" achieved 4.5-5.0 GiB/s on the quiet machine, 2026-11-26; a fork loop
-// about 10000 tasks/s). It was 4: a 5 GiB/s ramp from 2.4 GiB away crossed
-// within one idle wait, and the poll read it 26-61 ms and 150-341 MiB past
-// the threshold (setup brake-poll, the cgroup v2 node's paths).
-const idleRampFactor = 8
+// read: 4 GiB/s of disk use and 40000 PIDs/s at the defaults, above the
+// fastest ramps measured on this project's machine (make bench-ramp: a disk
+// filler at 300-420 MiB/s, a fork loop at about 10000 tasks/s). Memory has
+// its own factor where the poll alone sees the crossing
+// (idleRampFactorMemory).
+const idleRampFactor = 4
 
-// idleRampFactorWatched replaces idleRampFactor for a threshold an armed
-// memcg threshold notification watches (cgroup v1): the kernel wakes the
-// loop at its crossing whatever the poll does, and the poll reads only for
-// the brake's rate history, which the factor of 4 kept dense enough (issue
-// 30's grids: 60 runs without an OOM kill).
-const idleRampFactorWatched = 4
+// idleRampFactorMemory replaces idleRampFactor for a memory threshold that no
+// armed memcg threshold notification watches (cgroup v2; v1 with memcg
+// thresholds off): 8 GiB/s at the default assumed ramp. Two hogs at "max"
+// reach 4.5-5.0 GiB/s on the quiet machine (2026-11-26); with the factor 4
+// such a ramp from 2.4 GiB away crossed within one idle wait and the poll read
+// it 26-61 ms and 150-341 MiB past the threshold (make bench-ramp, setup
+// brake-poll: the cgroup v2 node's paths on this v1 one). Where a memcg
+// notification watches the threshold the kernel wakes the loop at the
+// crossing whatever the poll does, and the poll reads only for the brake's
+// rate history, for which 4 was dense enough (issue 30's grids: 60 runs
+// without an OOM kill).
+const idleRampFactorMemory = 8
 
 // pollPacer chooses when the fast poll reads next. cgroup v2 has no memcg
 // threshold events, so on v2 the poll is what sees a ramp of memory use
@@ -66,8 +71,8 @@ func newPollPacer(min time.Duration, rampRate int64) *pollPacer {
 // next returns the delay before the next read, at most idle (and at most
 // base unless every threshold is far).
 //
-// watched[i] says that thresholds[i] is watched by the kernel
-// (idleRampFactorWatched); nil watches none.
+// watched[i] says that a memcg threshold notification watches
+// thresholds[i] (idleRampFactorMemory); nil watches none.
 func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, idle time.Duration, watched []bool) time.Duration {
 	idle = max(idle, base)
 	if obs == nil {
@@ -94,8 +99,8 @@ func (p *pollPacer) next(obs policy.Observations, thresholds []Threshold, base, 
 		if near > base {
 			// Far: before a ramp idleRampFactor times faster could get there.
 			factor := float64(idleRampFactor)
-			if i < len(watched) && watched[i] {
-				factor = idleRampFactorWatched
+			if isMemory(t.Signal) && (i >= len(watched) || !watched[i]) {
+				factor = idleRampFactorMemory
 			}
 			near = max(base, time.Duration(headroom/(factor*rate)*float64(time.Second)))
 		}
@@ -131,4 +136,9 @@ func (p *pollPacer) describe(base, idle time.Duration) string {
 		s += fmt.Sprintf(", up to %v while a ramp %d times as fast could not reach one", idle, idleRampFactor)
 	}
 	return s
+}
+
+// isMemory: a memory signal, which memcg threshold notifications can watch.
+func isMemory(sig policy.Signal) bool {
+	return sig == policy.SignalMemoryAvailable || sig == policy.SignalAllocatableMemoryAvailable
 }

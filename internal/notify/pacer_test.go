@@ -108,7 +108,7 @@ func TestPollPacerUsesThePIDRampForPIDs(t *testing.T) {
 // long as a ramp idleRampFactor times the assumed one could not reach a
 // threshold; a met threshold, a signal missing from the reading or a failed
 // read bring it back to the base period.
-func TestPollPacerWaitsLongerOnlyWhereAnEightTimesFasterRampCouldNotArrive(t *testing.T) {
+func TestPollPacerWaitsLongerOnlyWhereAFasterRampCouldNotArrive(t *testing.T) {
 	const mi, gi = int64(1) << 20, int64(1) << 30
 	base, idle := 100*time.Millisecond, time.Second
 	mem := Threshold{Signal: policy.SignalAllocatableMemoryAvailable, Hard: true, Available: 100 * mi}
@@ -129,7 +129,7 @@ func TestPollPacerWaitsLongerOnlyWhereAnEightTimesFasterRampCouldNotArrive(t *te
 	}{
 		{"8Gi and 80000 PIDs of headroom: the idle period", 8*gi + 100*mi, 81000, idle},
 		{"4Gi: what 8Gi/s covers in 500ms", 4*gi + 100*mi, 81000, 500 * time.Millisecond},
-		{"40000 PIDs: what 80000/s covers in 500ms", 8 * gi, 41000, 500 * time.Millisecond},
+		{"20000 PIDs: what 40000/s covers in 500ms", 8 * gi, 21000, 500 * time.Millisecond},
 		{"600Mi: 8Gi/s would need 73ms, the base period holds", 700 * mi, 81000, base},
 		{"50Mi: the proximity rule as before", 150 * mi, 31000, time.Duration(float64(50*mi) / float64(gi) * float64(time.Second))},
 		{"PID threshold met: the base period", 8 * gi, 500, base},
@@ -162,7 +162,7 @@ func TestPollPacerWaitsLongerOnlyWhereAnEightTimesFasterRampCouldNotArrive(t *te
 	// to the threshold at the measured rate's double, not the idle period.
 	p := newPollPacer(5*time.Millisecond, gi)
 	p.next(obs(0, 8*gi+100*mi, 31000), ts, base, idle, nil)
-	if got, want := p.next(obs(time.Second, 5*gi+100*mi, 31000), ts, base, idle, nil), time.Second*5/(idleRampFactor*6); got-want > time.Microsecond || want-got > time.Microsecond {
+	if got, want := p.next(obs(time.Second, 5*gi+100*mi, 31000), ts, base, idle, nil), time.Second*5/(idleRampFactorMemory*6); got-want > time.Microsecond || want-got > time.Microsecond {
 		t.Errorf("falling 3Gi/s, 5Gi above: next read in %v, want %v", got, want)
 	}
 	if got := newPollPacer(5*time.Millisecond, gi).next(nil, ts, base, idle, nil); got != base {
@@ -204,7 +204,7 @@ func rampDelayWith(th Threshold, start int64, capacity int64, rate float64, ramp
 // it is no longer with the idle period (1s) than with the base period alone
 // (100ms, the pacer before the idle rule); faster ramps are seen at most the
 // idle period after the crossing.
-func TestPollPacerIdleRuleDoesNotDelayRampsUpToEightTimesTheAssumedOne(t *testing.T) {
+func TestPollPacerIdleRuleDoesNotDelayRampsUpToItsFactorTimesTheAssumedOne(t *testing.T) {
 	const mi, gi = int64(1) << 20, int64(1) << 30
 	worst := func(th Threshold, start, capacity int64, rate float64, idle time.Duration) time.Duration {
 		var w time.Duration
@@ -223,10 +223,11 @@ func TestPollPacerIdleRuleDoesNotDelayRampsUpToEightTimesTheAssumedOne(t *testin
 		start, capacity int64
 		rates           []float64
 		unit            float64
+		factor          float64 // the idle rule's: no ramp up to factor × the assumed one is seen later
 	}{
-		{"memory, 7.5Gi of headroom", mem, 8 * gi, 16 * gi, []float64{0.1, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8}, float64(gi)},
-		{"memory, 1.5Gi of headroom", mem, 2 * gi, 16 * gi, []float64{0.1, 1, 2, 4, 8}, float64(gi)},
-		{"PIDs, 30000 of headroom", pid, 31000 + 1638, 32768, []float64{0.1, 1, 2, 4, 8}, PollPIDRampRate},
+		{"memory, 7.5Gi of headroom", mem, 8 * gi, 16 * gi, []float64{0.1, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8}, float64(gi), idleRampFactorMemory},
+		{"memory, 1.5Gi of headroom", mem, 2 * gi, 16 * gi, []float64{0.1, 1, 2, 4, 8}, float64(gi), idleRampFactorMemory},
+		{"PIDs, 30000 of headroom", pid, 31000 + 1638, 32768, []float64{0.1, 1, 2, 4}, PollPIDRampRate, idleRampFactor},
 	} {
 		for _, k := range c.rates {
 			rate := k * c.unit
@@ -240,7 +241,7 @@ func TestPollPacerIdleRuleDoesNotDelayRampsUpToEightTimesTheAssumedOne(t *testin
 				t.Errorf("%s, ramp %.1f× the assumed: worst crossing → read %v with the idle rule, %v without", c.name, k, after, before)
 			}
 		}
-		for _, k := range []float64{16, 100} {
+		for _, k := range []float64{2 * c.factor, 100} {
 			before := worst(c.th, c.start, c.capacity, k*c.unit, DefaultPollInterval)
 			after := worst(c.th, c.start, c.capacity, k*c.unit, DefaultPollIdleInterval)
 			t.Logf("%s, ramp %.0f× the assumed: worst crossing → read %v with the idle rule, %v before", c.name, k, after, before)

@@ -114,9 +114,10 @@ type NotifierSettings struct {
 	PollInterval string `json:"pollInterval,omitempty"`
 	// PollIdleInterval is the longest the fast poll waits between two reads
 	// while every watched signal is so far from its thresholds that a ramp
-	// eight times the assumed one (8 GiB/s of memory, 80000 PIDs/s; four times
-	// where a memcg threshold notification watches the threshold) could not
-	// reach one before the next read. Default 1s (at least pollInterval);
+	// four times the assumed one (4 GiB/s of disk, 40000 PIDs/s; eight times,
+	// 8 GiB/s, for a memory threshold no memcg threshold notification
+	// watches) could not reach one before the next read. Default 1s (at least
+	// pollInterval);
 	// equal to pollInterval, the poll never waits longer than pollInterval.
 	PollIdleInterval string `json:"pollIdleInterval,omitempty"`
 }
